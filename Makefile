@@ -1,0 +1,21 @@
+PY ?= python3
+.PHONY: install train test test-all bench
+
+install:
+	bash scripts/install.sh dev
+
+# Main job: ACE-DQN on the built-in 5x5 Spiders-and-Fly task, until the greedy policy
+# catches the fly within 10 steps in every test episode.
+train: install
+	acegnn train configs/spiders_fly_5x5.yaml
+
+# Default test suite (< 10 minutes on 2 CPU cores).
+test: install
+	$(PY) -m pytest -q
+
+# Also the tests marked slow.
+test-all: install
+	$(PY) -m pytest -q -m ""
+
+bench: install
+	$(PY) scripts/bench_rollout.py

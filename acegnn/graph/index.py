@@ -1,0 +1,187 @@
+"""Flat, graph-major indexing of the units and actions of a batch of states.
+
+Every unit of a batch gets one row in a flat ``[num_units, hidden]`` matrix: graph 0's
+units first (node types in schema order), then graph 1's, and so on. Actions refer to
+their actor and target by flat row. Checking a batch against its schema happens here,
+once per batch.
+"""
+from __future__ import annotations
+
+from typing import Dict, NamedTuple
+
+import torch
+from torch import Tensor
+from torch_geometric.data import Batch
+
+from acegnn.graph.schema import ACTION, ACTION_FIELDS, GraphSchema
+
+
+class UnitIndex(NamedTuple):
+    """Flat indexing of one batch (all tensors on the batch's device)."""
+
+    num_graphs: int
+    num_units: int
+    unit_batch: Tensor  # [num_units] graph of every unit
+    unit_count: Tensor  # [num_graphs] units per graph
+    unit_ptr: Tensor  # [num_graphs + 1]
+    flat: Dict[str, Tensor]  # node type -> [num_t] flat row of each node
+    agents: Tensor  # [num_agents] flat row of every agent, graph-major
+    agent_batch: Tensor  # [num_agents]
+    agent_ptr: Tensor  # [num_graphs + 1]
+    # Action table, one entry per action of the batch:
+    action_kind: Tensor  # [A]
+    action_agent: Tensor  # [A] index into ``agents``
+    action_actor: Tensor  # [A] flat row of the acting unit
+    action_target: Tensor  # [A] flat row of the target unit, -1 for none
+    action_slot: Tensor  # [A] position in the agent's action list (env action id)
+    action_available: Tensor  # [A] bool
+    action_batch: Tensor  # [A]
+
+    @property
+    def num_agents(self) -> int:
+        return int(self.agents.numel())
+
+
+def _ptr(store, num_graphs: int, device) -> Tensor:
+    ptr = getattr(store, "ptr", None)
+    if ptr is None:  # a graph type with no node in any graph may lack ptr
+        return torch.zeros(num_graphs + 1, dtype=torch.long, device=device)
+    return ptr
+
+
+def unit_index(schema: GraphSchema, batch: Batch, check: bool = True) -> UnitIndex:
+    """Compute the flat layout of ``batch`` and validate it against ``schema``.
+
+    Raises:
+        ValueError: on a feature width that does not match the schema, NaN or infinite
+            features, an action whose kind, actor or target is not in the graph, or an
+            agent without any available action.
+    """
+    names = schema.node_type_names
+    num_graphs = int(batch.num_graphs)
+    device = batch[names[0]].x.device
+    if check:
+        _check_features(schema, batch)
+
+    ptrs = torch.stack([_ptr(batch[t], num_graphs, device) for t in names])  # [T, B + 1]
+    counts = ptrs[:, 1:] - ptrs[:, :-1]  # [T, B]
+    unit_count = counts.sum(0)
+    unit_ptr = torch.zeros(num_graphs + 1, dtype=torch.long, device=device)
+    unit_ptr[1:] = unit_count.cumsum(0)
+    # type_start[t, b]: flat row of the first unit of type t in graph b
+    type_start = unit_ptr[:-1].unsqueeze(0) + counts.cumsum(0) - counts  # [T, B]
+
+    flat: Dict[str, Tensor] = {}
+    for ti, t in enumerate(names):
+        n = int(ptrs[ti, -1])
+        b = batch[t].batch if n > 0 else torch.zeros(0, dtype=torch.long, device=device)
+        local = torch.arange(n, device=device) - ptrs[ti, b]
+        flat[t] = type_start[ti, b] + local
+    num_units = int(unit_ptr[-1])
+    unit_batch = torch.repeat_interleave(torch.arange(num_graphs, device=device), unit_count)
+
+    agent_rows = torch.cat([flat[t] for t in schema.agent_types])
+    agents, _ = torch.sort(agent_rows)  # graph-major, types in schema order
+    agent_batch = unit_batch[agents]
+    agent_count = torch.bincount(agent_batch, minlength=num_graphs)
+    agent_ptr = torch.zeros(num_graphs + 1, dtype=torch.long, device=device)
+    agent_ptr[1:] = agent_count.cumsum(0)
+    agent_of_row = torch.full((num_units,), -1, dtype=torch.long, device=device)
+    agent_of_row[agents] = torch.arange(agents.numel(), device=device)
+
+    store = batch[ACTION]
+    missing = [k for k in ACTION_FIELDS if k not in store]
+    if missing:
+        raise ValueError(f"the action table lacks the fields {missing}; build states with "
+                         f"acegnn.graph.build_state")
+    a_batch = store.batch if store.kind.numel() > 0 else torch.zeros(0, dtype=torch.long, device=device)
+    kind, actor_type, actor = store.kind, store.actor_type, store.actor
+    target_type, target = store.target_type, store.target
+    num_types = len(names)
+
+    def rows(type_idx: Tensor, local: Tensor, what: str) -> Tensor:
+        bad = (type_idx < 0) | (type_idx >= num_types)
+        if check and bool(bad.any()):
+            raise ValueError(f"action {what} type index out of range 0..{num_types - 1} "
+                             f"(got {type_idx[bad][:5].tolist()})")
+        ti = type_idx.clamp(0, num_types - 1)
+        n_of = counts[ti, a_batch]
+        bad = (local < 0) | (local >= n_of)
+        if check and bool(bad.any()):
+            i = int(bad.nonzero()[0])
+            raise ValueError(f"action {i} of graph {int(a_batch[i])}: {what} {int(local[i])} is not a "
+                             f"unit of type '{names[int(ti[i])]}' in that graph "
+                             f"(it has {int(n_of[i])})")
+        return type_start[ti, a_batch] + local
+
+    if check:
+        bad = (kind < 0) | (kind >= schema.num_kinds)
+        if bool(bad.any()):
+            raise ValueError(f"action kind out of range 0..{schema.num_kinds - 1} "
+                             f"(got {kind[bad][:5].tolist()})")
+        agent_type_ids = torch.tensor([schema.node_type_index(t) for t in schema.agent_types],
+                                      device=device)
+        bad = ~torch.isin(actor_type, agent_type_ids)
+        if bool(bad.any()):
+            raise ValueError(f"an actor must be a unit of an agent type {list(schema.agent_types)} "
+                             f"(got type index {int(actor_type[bad][0])})")
+    action_actor = rows(actor_type, actor, "actor")
+    has_target = target >= 0
+    if check:
+        targeted = torch.zeros(schema.num_kinds, dtype=torch.bool, device=device)
+        targeted[list(schema.targeted_kinds)] = True
+        need = targeted[kind]
+        if bool((need & ~has_target).any()):
+            i = int((need & ~has_target).nonzero()[0])
+            raise ValueError(f"action {i} of kind '{schema.action_kinds[int(kind[i])].name}' is "
+                             f"targeted but has no target")
+        if bool((~need & has_target).any()):
+            i = int((~need & has_target).nonzero()[0])
+            raise ValueError(f"action {i} of kind '{schema.action_kinds[int(kind[i])].name}' is "
+                             f"not targeted but has a target ({int(target[i])})")
+    tgt_rows = rows(torch.where(has_target, target_type, torch.zeros_like(target_type)),
+                    torch.where(has_target, target, torch.zeros_like(target)), "target")
+    action_target = torch.where(has_target, tgt_rows, torch.full_like(tgt_rows, -1))
+    action_agent = agent_of_row[action_actor]
+    available = store.available.bool()
+    if check and agents.numel() > 0:
+        n_avail = torch.bincount(action_agent[available], minlength=agents.numel())
+        if bool((n_avail == 0).any()):
+            i = int((n_avail == 0).nonzero()[0])
+            raise ValueError(f"agent {i} (graph {int(agent_batch[i])}) has no available action; "
+                             f"every agent needs at least one (e.g. a no-op for dead units)")
+
+    return UnitIndex(
+        num_graphs=num_graphs, num_units=num_units, unit_batch=unit_batch,
+        unit_count=unit_count, unit_ptr=unit_ptr, flat=flat, agents=agents,
+        agent_batch=agent_batch, agent_ptr=agent_ptr, action_kind=kind,
+        action_agent=action_agent, action_actor=action_actor, action_target=action_target,
+        action_slot=store.slot, action_available=available, action_batch=a_batch)
+
+
+def _check_features(schema: GraphSchema, batch: Batch) -> None:
+    for t, dim in schema.node_types.items():
+        x = batch[t].x
+        if x.dim() != 2 or x.size(1) != dim:
+            raise ValueError(f"node type '{t}' has features of shape {tuple(x.shape)}; the schema "
+                             f"says width {dim}")
+        if not bool(torch.isfinite(x).all()):
+            raise ValueError(f"node type '{t}' has NaN or infinite features")
+    for et, dim in schema.edge_types.items():
+        store = batch[et]
+        ea = store.edge_attr
+        if ea.dim() != 2 or ea.size(1) != dim:
+            raise ValueError(f"edge type {et} has features of shape {tuple(ea.shape)}; the schema "
+                             f"says width {dim}")
+        if ea.size(0) != store.edge_index.size(1):
+            raise ValueError(f"edge type {et} has {store.edge_index.size(1)} edges but "
+                             f"{ea.size(0)} feature rows")
+        if not bool(torch.isfinite(ea).all()):
+            raise ValueError(f"edge type {et} has NaN or infinite features")
+        ei = store.edge_index
+        if ei.numel() > 0:
+            n_src, n_dst = batch[et[0]].x.size(0), batch[et[2]].x.size(0)
+            if int(ei[0].min()) < 0 or int(ei[0].max()) >= n_src or int(ei[1].min()) < 0 \
+                    or int(ei[1].max()) >= n_dst:
+                raise ValueError(f"edge type {et} has an edge_index outside its node sets "
+                                 f"({n_src} src, {n_dst} dst nodes)")

@@ -1,0 +1,87 @@
+"""The ACE value network: unit encoder, action encoder and value encoder."""
+from __future__ import annotations
+
+from typing import Optional, Union
+
+from torch import Tensor, nn
+from torch_geometric.data import Batch, HeteroData
+
+from acegnn.graph.index import unit_index
+from acegnn.graph.schema import GraphSchema
+from acegnn.graph.state import as_batch
+from acegnn.nn.action_encoder import ActionEncoder
+from acegnn.nn.rollout import Rollout, sequential_rollout
+from acegnn.nn.se_state import EncodedState
+from acegnn.nn.unit_encoder import UnitEncoder
+from acegnn.nn.value_head import ValueHead
+
+
+class ACENetwork(nn.Module):
+    r"""V of sequentially expanded states, built from a :class:`GraphSchema`.
+
+    The state is encoded once (:meth:`encode`); SE-states add action messages to the
+    unit embeddings (:mod:`acegnn.nn.se_state`); :meth:`rollout` makes the sequential
+    decision and returns the value of every candidate.
+
+    Args:
+        schema (GraphSchema): The environment's schema.
+        hidden (int, optional): Embedding width. (default: :obj:`128`)
+        conv (str, optional): Message-passing step of the unit encoder, a name in
+            :data:`acegnn.nn.UNIT_CONVS`. (default: :obj:`"ace"`)
+        pool (str, optional): Pooling of the value encoder. (default: :obj:`"mean"`)
+        passive (bool, optional): Passive action embeddings; :obj:`False` is the
+            ACE-w/o-IA ablation. (default: :obj:`True`)
+        conv_kwargs (dict, optional): Extra arguments of the message-passing step.
+    """
+
+    def __init__(self, schema: GraphSchema, hidden: int = 128, conv: str = "ace",
+                 pool: str = "mean", passive: bool = True,
+                 conv_kwargs: Optional[dict] = None) -> None:
+        super().__init__()
+        if not isinstance(hidden, int) or hidden <= 0:
+            raise ValueError(f"hidden must be a positive int (got {hidden!r})")
+        self.schema, self.hidden = schema, hidden
+        self.unit_encoder = UnitEncoder(schema, hidden, conv, conv_kwargs)
+        self.action_encoder = ActionEncoder(schema, hidden, passive)
+        self.value_head = ValueHead(hidden, pool)
+
+    def reset_parameters(self) -> None:
+        self.unit_encoder.reset_parameters()
+        self.action_encoder.reset_parameters()
+        self.value_head.reset_parameters()
+
+    def encode(self, data: Union[HeteroData, Batch], check: bool = True) -> EncodedState:
+        """Encode a state or a batch of states once.
+
+        Args:
+            data (HeteroData or Batch): States following ``self.schema``.
+            check (bool, optional): Validate the input against the schema.
+                (default: :obj:`True`)
+        """
+        batch = as_batch(data)
+        index = unit_index(self.schema, batch, check=check)
+        x_dict = {t: batch[t].x for t in self.schema.node_types}
+        ei = {et: batch[et].edge_index for et in self.schema.edge_types}
+        ea = {et: batch[et].edge_attr for et in self.schema.edge_types}
+        h = self.unit_encoder(x_dict, ei, ea)
+        first = h[self.schema.node_type_names[0]]
+        units = first.new_empty(index.num_units, self.hidden)
+        for t in self.schema.node_types:
+            units = units.index_put((index.flat[t],), h[t])
+        return EncodedState(
+            index=index, units=units, active=self.action_encoder.active,
+            passive=self.action_encoder.passive_table(x_dict, index),
+            passive_col=self.action_encoder.passive_col)
+
+    def value(self, units: Tensor, enc: EncodedState) -> Tensor:
+        """V of whole SE-states given their unit embeddings ``[U, H]`` -> ``[B]``."""
+        return self.value_head(units, enc.index)
+
+    def rollout(self, data: Union[HeteroData, Batch], **kwargs) -> Rollout:
+        """Decision with rollout; see :func:`acegnn.nn.rollout.sequential_rollout`."""
+        return sequential_rollout(self, data, **kwargs)
+
+    def __repr__(self) -> str:
+        return (f"{self.__class__.__name__}(hidden={self.hidden}, "
+                f"conv={self.unit_encoder.conv_name}, pool={self.value_head.pool}, "
+                f"passive={self.action_encoder.passive})")

@@ -1,0 +1,204 @@
+r"""Decision with rollout (paper "Bidirectional Action-Dependent Q-learning").
+
+Agents of every state decide one after another. At each step the acting agent's
+available actions are rolled out to candidate SE-states, all candidates of the batch
+are valued together, and the chosen action's messages are added before the next agent
+decides. The state is encoded once for the whole sequence.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, NamedTuple, Optional, Union
+
+import torch
+from torch import Tensor
+from torch_geometric.data import Batch, HeteroData
+from torch_geometric.utils import scatter
+
+from acegnn.graph.index import UnitIndex
+from acegnn.nn.se_state import EncodedState, apply_actions, candidate_rows
+
+if TYPE_CHECKING:  # pragma: no cover
+    from acegnn.nn.ace import ACENetwork
+
+
+class Rollout(NamedTuple):
+    """Result of a sequential decision over a batch.
+
+    Per-agent tensors follow the batch's agent order (graph-major, see
+    :class:`~acegnn.graph.index.UnitIndex`); agents not reached (``max_steps``) hold
+    ``-1`` / NaN.
+    """
+
+    actions: Tensor  # [num_agents] chosen slot (env action id)
+    action_ids: Tensor  # [num_agents] chosen row of the batch's action table
+    rank: Tensor  # [num_agents] position of the agent in its graph's decision order
+    chosen_value: Tensor  # [num_agents] V(s_{a_1:i}) after agent i's chosen action
+    max_value: Tensor  # [num_agents] max over agent i's candidates of V
+    greedy_ids: Tensor  # [num_agents] row of the argmax candidate
+    candidate_values: Tensor  # [num_actions] V of every candidate, NaN elsewhere
+    next_agent: Tensor  # [num_agents] agent deciding after i in its graph, -1 for last
+    first_agent: Tensor  # [num_graphs] first agent of each graph, -1 if it has none
+    final_units: Tensor  # [num_units, H] unit embeddings of the last SE-state reached
+    encoded: EncodedState  # the shared encoding of the states
+
+
+def agent_ranks(index: UnitIndex, order: Union[str, Tensor] = "default",
+                generator: Optional[torch.Generator] = None) -> Tensor:
+    """Position of every agent in its graph's decision sequence ``[num_agents]``.
+
+    Args:
+        order: ``"default"`` (agents in the graph's order), ``"random"`` (a uniform
+            permutation per graph), or a tensor of ranks, a permutation of
+            ``0..n_g-1`` within every graph.
+    """
+    n = index.num_agents
+    device = index.agents.device
+    local = torch.arange(n, device=device) - index.agent_ptr[index.agent_batch]
+    if isinstance(order, Tensor):
+        rank = order.to(device=device, dtype=torch.long)
+        if rank.shape != (n,):
+            raise ValueError(f"order must hold one rank per agent ({n}) (got shape {tuple(rank.shape)})")
+        key = index.agent_batch * (n + 1) + rank
+        sorted_key, _ = torch.sort(key)
+        if not torch.equal(sorted_key, index.agent_batch * (n + 1) + local):
+            raise ValueError("order must be a permutation of 0..n_g-1 within every graph")
+        return rank
+    if order == "default":
+        return local
+    if order == "random":
+        noise = torch.rand(n, generator=generator, device="cpu").to(device)
+        perm = torch.argsort(index.agent_batch.to(noise.dtype) * 2 + noise)  # shuffle within graph
+        rank = torch.empty_like(local)
+        rank[perm] = local  # perm is graph-major, so local positions are ranks
+        return rank
+    raise ValueError(f"order must be 'default', 'random' or a tensor of ranks (got {order!r})")
+
+
+def _forced_rows(index: UnitIndex, actions: Tensor) -> Tensor:
+    """Action-table rows of given per-agent slots; raises on invalid actions."""
+    n = index.num_agents
+    actions = actions.to(index.agents.device).long().view(-1)
+    if actions.numel() != n:
+        raise ValueError(f"actions must hold one slot per agent ({n}) (got {actions.numel()})")
+    num_slots = int(index.action_slot.max()) + 1 if index.action_slot.numel() else 1
+    table = torch.full((n, num_slots), -1, dtype=torch.long, device=actions.device)
+    table[index.action_agent, index.action_slot] = torch.arange(index.action_slot.numel(),
+                                                                device=actions.device)
+    in_range = (actions >= 0) & (actions < num_slots)
+    rows = table[torch.arange(n, device=actions.device), actions.clamp(0, num_slots - 1)]
+    ok = in_range & (rows >= 0)
+    ok = ok & index.action_available[rows.clamp(min=0)]
+    if not bool(ok.all()):
+        i = int((~ok).nonzero()[0])
+        raise ValueError(f"invalid action {int(actions[i])} for agent {i} (graph "
+                         f"{int(index.agent_batch[i])}): not in its action list or not available")
+    return rows
+
+
+def sequential_rollout(
+    net: "ACENetwork",
+    data: Union[HeteroData, Batch],
+    order: Union[str, Tensor] = "default",
+    epsilon: float = 0.0,
+    actions: Optional[Tensor] = None,
+    generator: Optional[torch.Generator] = None,
+    max_steps: Optional[int] = None,
+    check: bool = True,
+) -> Rollout:
+    r"""Sequential decision with rollout for a batch of states.
+
+    Args:
+        net (ACENetwork): The value network.
+        data (HeteroData or Batch): The states.
+        order (str or Tensor, optional): Decision order, see :func:`agent_ranks`.
+            (default: :obj:`"default"`)
+        epsilon (float, optional): Probability that an agent takes a uniformly random
+            available action instead of the greedy one. (default: :obj:`0.0`)
+        actions (Tensor, optional): ``[num_agents]`` slots to follow instead of
+            choosing (teacher forcing, for learning from replayed transitions).
+        generator (torch.Generator, optional): Source of randomness (order, epsilon).
+        max_steps (int, optional): Stop after this many agents per graph (``1`` values
+            only the first agent's candidates, as the Bellman target of the last agent
+            needs at the next state). (default: all agents)
+        check (bool, optional): Validate the input. (default: :obj:`True`)
+    """
+    if not 0.0 <= float(epsilon) <= 1.0:
+        raise ValueError(f"epsilon must be in [0, 1] (got {epsilon})")
+    enc = net.encode(data, check=check)
+    idx = enc.index
+    head = net.value_head
+    n, A, B = idx.num_agents, idx.action_kind.numel(), idx.num_graphs
+    device = enc.units.device
+    rank = agent_ranks(idx, order, generator)
+    forced = None if actions is None else _forced_rows(idx, actions)
+
+    num_steps = int(rank.max()) + 1 if n > 0 else 0
+    if max_steps is not None:
+        num_steps = min(num_steps, int(max_steps))
+    # Candidates grouped by step, inside a step by graph (action rows are graph-major).
+    cand = idx.action_available.nonzero().view(-1)
+    cand_step = rank[idx.action_agent[cand]]
+    cand = cand[torch.argsort(cand_step * (A + 1) + cand)]
+    cand_counts = torch.bincount(cand_step, minlength=num_steps)[:num_steps].tolist()
+    cand_by_step = cand[: sum(cand_counts)].split(cand_counts)
+    agent_by_rank = torch.argsort(rank * (n + 1) + torch.arange(n, device=device))
+    agent_counts = torch.bincount(rank, minlength=num_steps)[:num_steps].tolist()
+    agents_by_step = agent_by_rank[: sum(agent_counts)].split(agent_counts)
+
+    # next_agent / first_agent from the ranks
+    full_steps = int(rank.max()) + 1 if n > 0 else 0
+    pos_of = torch.full((B, full_steps + 1), -1, dtype=torch.long, device=device)
+    pos_of[idx.agent_batch, rank] = torch.arange(n, device=device)
+    next_agent = pos_of[idx.agent_batch, rank + 1] if n > 0 else rank
+    first_agent = pos_of[:, 0]
+
+    nan = float("nan")
+    cand_values = enc.units.new_full((A,), nan)
+    chosen_value = enc.units.new_full((n,), nan)
+    max_value = enc.units.new_full((n,), nan)
+    chosen_ids = torch.full((n,), -1, dtype=torch.long, device=device)
+    greedy_ids = torch.full((n,), -1, dtype=torch.long, device=device)
+
+    units = enc.units
+    hidden = head.unit_hidden(units)
+    for k in range(num_steps):
+        c, acting = cand_by_step[k], agents_by_step[k]
+        base = head.pool_base(units, idx, hidden)
+        rows = candidate_rows(units, enc, c)
+        v = head.candidate_values(base, idx, idx.action_batch[c], rows)  # [C]
+        cand_values = cand_values.index_put((c,), v)
+        seg = idx.action_agent[c]
+        vmax = scatter(v, seg, dim=0, dim_size=n, reduce="max")
+        pos = torch.arange(c.numel(), device=device)
+        is_max = v == vmax[seg]
+        first = torch.full((n,), c.numel(), dtype=torch.long, device=device)
+        first = first.scatter_reduce(0, seg, torch.where(is_max, pos, c.numel()), reduce="amin")
+        greedy = c[first[acting]]
+        if forced is not None:
+            chosen = forced[acting]
+        else:
+            chosen = greedy
+            if epsilon > 0:
+                explore = torch.rand(acting.numel(), generator=generator).to(device) < epsilon
+                key = torch.rand(c.numel(), generator=generator).to(device)
+                rand_pos = torch.full((n,), -1.0, device=device).scatter_reduce(
+                    0, seg, key, reduce="amax")
+                pick = torch.full((n,), c.numel(), dtype=torch.long, device=device).scatter_reduce(
+                    0, seg, torch.where(key == rand_pos[seg], pos, c.numel()), reduce="amin")
+                chosen = torch.where(explore, c[pick[acting]], greedy)
+        greedy_ids[acting] = greedy
+        chosen_ids[acting] = chosen
+        max_value = max_value.index_put((acting,), vmax[acting])
+        chosen_value = chosen_value.index_put((acting,), cand_values[chosen])
+        # Move to the chosen SE-state: only the actor and target rows change.
+        units = apply_actions(units, enc, chosen)
+        changed = torch.cat([idx.action_actor[chosen], idx.action_target[chosen]])
+        changed = changed[changed >= 0]
+        hidden = hidden.index_put((changed,), head.unit_hidden(units[changed]))
+
+    slots = torch.where(chosen_ids >= 0, idx.action_slot[chosen_ids.clamp(min=0)],
+                        torch.full_like(chosen_ids, -1))
+    return Rollout(actions=slots, action_ids=chosen_ids, rank=rank, chosen_value=chosen_value,
+                   max_value=max_value, greedy_ids=greedy_ids, candidate_values=cand_values,
+                   next_agent=next_agent, first_agent=first_agent, final_units=units,
+                   encoded=enc)

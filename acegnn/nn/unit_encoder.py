@@ -1,0 +1,168 @@
+"""Unit encoder: per-type node and edge encoders, then one message-passing step.
+
+The message-passing step is picked by name from :data:`UNIT_CONVS`; register your own
+with :func:`register_unit_conv`. A step takes the node embeddings ``h_dict``, the
+``edge_index_dict`` and the edge embeddings ``edge_emb_dict`` (all of width
+``hidden``) and returns new node embeddings of the same shapes.
+"""
+from __future__ import annotations
+
+from typing import Callable, Dict, Optional, Type
+
+import torch
+from torch import Tensor, nn
+from torch_geometric.nn import GATv2Conv, HeteroConv, TransformerConv
+from torch_geometric.utils import scatter
+
+from acegnn.graph.schema import EdgeType, GraphSchema
+
+UNIT_CONVS: Dict[str, Type[nn.Module]] = {}
+
+
+def register_unit_conv(name: str) -> Callable[[Type[nn.Module]], Type[nn.Module]]:
+    """Class decorator adding a message-passing step to :data:`UNIT_CONVS`.
+
+    The class is built as ``cls(schema, hidden, **kwargs)``.
+    """
+
+    def deco(cls: Type[nn.Module]) -> Type[nn.Module]:
+        if name in UNIT_CONVS:
+            raise ValueError(f"a unit conv named '{name}' is already registered")
+        UNIT_CONVS[name] = cls
+        return cls
+
+    return deco
+
+
+def edge_key(et: EdgeType) -> str:
+    """A ModuleDict key for an edge type."""
+    return "__".join(et)
+
+
+def mlp1(in_dim: int, out_dim: int) -> nn.Sequential:
+    """The paper's encoder block: a fully connected layer and a ReLU."""
+    return nn.Sequential(nn.Linear(in_dim, out_dim), nn.ReLU())
+
+
+@register_unit_conv("ace")
+class MeanEdgeConv(nn.Module):
+    r"""The paper's unit embedding: node embedding plus the mean of the embeddings of
+    the unit's incoming edges (all edge types together).
+
+    .. math::
+        e_u(u_j) = h_j + \frac{1}{|\mathcal{E}_j|} \sum_{(i, j) \in \mathcal{E}_j} e_{ij}
+
+    Units without incoming edges keep their node embedding.
+    """
+
+    def __init__(self, schema: GraphSchema, hidden: int) -> None:
+        super().__init__()
+        self.schema = schema
+        self.hidden = hidden
+
+    def reset_parameters(self) -> None:
+        pass
+
+    def forward(self, h_dict: Dict[str, Tensor], edge_index_dict: Dict[EdgeType, Tensor],
+                edge_emb_dict: Dict[EdgeType, Tensor]) -> Dict[str, Tensor]:
+        out = {}
+        for t, h in h_dict.items():
+            ets = [et for et in edge_index_dict if et[2] == t]
+            if not ets:
+                out[t] = h
+                continue
+            emb = torch.cat([edge_emb_dict[et] for et in ets])  # [E_in, H]
+            dst = torch.cat([edge_index_dict[et][1] for et in ets])
+            out[t] = h + scatter(emb, dst, dim=0, dim_size=h.size(0), reduce="mean")
+        return out
+
+    def __repr__(self) -> str:
+        return f"{self.__class__.__name__}({self.hidden})"
+
+
+class _PyGConv(nn.Module):
+    """A PyG convolution with edge features per edge type, summed over edge types,
+    added to the node embedding as a residual: ``h + relu(conv(h))``."""
+
+    def __init__(self, schema: GraphSchema, hidden: int, make_conv: Callable[[], nn.Module],
+                 heads: int) -> None:
+        super().__init__()
+        self.hidden, self.heads = hidden, heads
+        if hidden % heads != 0:
+            raise ValueError(f"hidden ({hidden}) must be divisible by heads (got {heads})")
+        self.conv = HeteroConv({et: make_conv() for et in schema.edge_types}, aggr="sum")
+
+    def reset_parameters(self) -> None:
+        self.conv.reset_parameters()
+
+    def forward(self, h_dict: Dict[str, Tensor], edge_index_dict: Dict[EdgeType, Tensor],
+                edge_emb_dict: Dict[EdgeType, Tensor]) -> Dict[str, Tensor]:
+        msg = self.conv(h_dict, edge_index_dict, edge_attr_dict=edge_emb_dict)
+        return {t: h + torch.relu(msg[t]) if t in msg else h for t, h in h_dict.items()}
+
+    def __repr__(self) -> str:
+        return f"{self.__class__.__name__}({self.hidden}, heads={self.heads})"
+
+
+@register_unit_conv("gatv2")
+class GATv2UnitConv(_PyGConv):
+    """:class:`torch_geometric.nn.GATv2Conv` with edge features, one per edge type."""
+
+    def __init__(self, schema: GraphSchema, hidden: int, heads: int = 1, **kwargs) -> None:
+        super().__init__(schema, hidden, lambda: GATv2Conv(
+            (hidden, hidden), hidden // heads, heads=heads, edge_dim=hidden,
+            add_self_loops=False, **kwargs), heads)
+
+
+@register_unit_conv("transformer")
+class TransformerUnitConv(_PyGConv):
+    """:class:`torch_geometric.nn.TransformerConv` with edge features, one per edge type."""
+
+    def __init__(self, schema: GraphSchema, hidden: int, heads: int = 1, **kwargs) -> None:
+        super().__init__(schema, hidden, lambda: TransformerConv(
+            (hidden, hidden), hidden // heads, heads=heads, edge_dim=hidden, **kwargs), heads)
+
+
+class UnitEncoder(nn.Module):
+    r"""Unit-wise state embedding (paper Fig. 3): node encoder per node type and edge
+    encoder per edge type (fc + ReLU), then the message-passing step ``conv``.
+
+    Args:
+        schema (GraphSchema): The environment's schema.
+        hidden (int): Embedding width.
+        conv (str, optional): Name of the message-passing step in :data:`UNIT_CONVS`.
+            (default: :obj:`"ace"`)
+        conv_kwargs (dict, optional): Extra arguments of the step. (default: :obj:`None`)
+
+    Shapes:
+        - **input:** ``x_dict`` ``{t: [N_t, F_t]}``, ``edge_index_dict`` ``{e: [2, E_e]}``,
+          ``edge_attr_dict`` ``{e: [E_e, F_e]}``
+        - **output:** ``{t: [N_t, hidden]}``
+    """
+
+    def __init__(self, schema: GraphSchema, hidden: int, conv: str = "ace",
+                 conv_kwargs: Optional[dict] = None) -> None:
+        super().__init__()
+        if conv not in UNIT_CONVS:
+            raise ValueError(f"unknown unit conv '{conv}' (registered: {sorted(UNIT_CONVS)})")
+        self.schema, self.hidden, self.conv_name = schema, hidden, conv
+        self.node_encoders = nn.ModuleDict({t: mlp1(f, hidden) for t, f in schema.node_types.items()})
+        self.edge_encoders = nn.ModuleDict({
+            edge_key(et): mlp1(f, hidden) for et, f in schema.edge_types.items()})
+        self.conv = UNIT_CONVS[conv](schema, hidden, **(conv_kwargs or {}))
+
+    def reset_parameters(self) -> None:
+        for m in list(self.node_encoders.values()) + list(self.edge_encoders.values()):
+            m[0].reset_parameters()
+        self.conv.reset_parameters()
+
+    def forward(self, x_dict: Dict[str, Tensor], edge_index_dict: Dict[EdgeType, Tensor],
+                edge_attr_dict: Dict[EdgeType, Tensor]) -> Dict[str, Tensor]:
+        h_dict = {t: self.node_encoders[t](x_dict[t]) for t in self.schema.node_types}
+        edge_emb = {et: self.edge_encoders[edge_key(et)](edge_attr_dict[et])
+                    for et in self.schema.edge_types}
+        ei = {et: edge_index_dict[et] for et in self.schema.edge_types}
+        return self.conv(h_dict, ei, edge_emb)
+
+    def __repr__(self) -> str:
+        return f"{self.__class__.__name__}({self.hidden}, conv={self.conv_name})"

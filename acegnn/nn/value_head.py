@@ -1,0 +1,113 @@
+"""Value encoder: fc + ReLU per unit, pooling over the units of a graph, fc to V."""
+from __future__ import annotations
+
+from typing import NamedTuple, Tuple
+
+import torch
+from torch import Tensor, nn
+from torch_geometric.utils import scatter
+
+from acegnn.graph.index import UnitIndex
+from acegnn.nn.se_state import CandidateRows
+
+POOLS = {"mean": ("mean",), "sum": ("sum",), "max": ("max",), "mean_max": ("mean", "max")}
+
+
+class PoolBase(NamedTuple):
+    """Per-graph pooling statistics of one SE-state, shared by all its candidates."""
+
+    hidden: Tensor  # [U, H] per-unit hidden of the SE-state
+    total: Tensor  # [B, H] sum over units (for mean/sum)
+    top: Tensor  # [B, k, H] the k largest hidden values per feature (for max), k <= 3
+    top_pos: Tensor  # [B, k, H] their position inside the graph
+
+
+class ValueHead(nn.Module):
+    r"""The paper's value encoder ('fc-relu' per unit, then 'pooling-fc').
+
+    .. math::
+        V = w^\top \mathrm{pool}_j\,\mathrm{ReLU}(W e_u(u_{j,a_{1:i}}) + b) + c
+
+    Args:
+        hidden (int): Embedding width.
+        pool (str, optional): ``"mean"``, ``"sum"``, ``"max"`` or ``"mean_max"``
+            (both, concatenated). (default: :obj:`"mean"`)
+    """
+
+    def __init__(self, hidden: int, pool: str = "mean") -> None:
+        super().__init__()
+        if pool not in POOLS:
+            raise ValueError(f"unknown pool '{pool}' (choose from {sorted(POOLS)})")
+        self.hidden, self.pool = hidden, pool
+        self.reduces: Tuple[str, ...] = POOLS[pool]
+        self.unit_fc = nn.Linear(hidden, hidden)
+        self.out = nn.Linear(hidden * len(self.reduces), 1)
+
+    def reset_parameters(self) -> None:
+        self.unit_fc.reset_parameters()
+        self.out.reset_parameters()
+
+    def unit_hidden(self, units: Tensor) -> Tensor:
+        return torch.relu(self.unit_fc(units))
+
+    def forward(self, units: Tensor, index: UnitIndex) -> Tensor:
+        """V of whole SE-states from their unit embeddings ``[U, H]`` -> ``[B]``."""
+        h = self.unit_hidden(units)
+        pooled = [scatter(h, index.unit_batch, dim=0, dim_size=index.num_graphs, reduce=r)
+                  for r in self.reduces]
+        return self.out(torch.cat(pooled, dim=-1)).squeeze(-1)
+
+    # Candidate evaluation without re-encoding ---------------------------------------
+    def pool_base(self, units: Tensor, index: UnitIndex, hidden: Tensor = None) -> PoolBase:
+        """Statistics of the current SE-state that candidates reuse.
+
+        ``hidden`` may pass precomputed ``unit_hidden(units)``.
+        """
+        h = self.unit_hidden(units) if hidden is None else hidden
+        B = index.num_graphs
+        total = scatter(h, index.unit_batch, dim=0, dim_size=B, reduce="sum")
+        if "max" in self.reduces:
+            pos = torch.arange(index.num_units, device=h.device) - index.unit_ptr[index.unit_batch]
+            size = max(int(index.unit_count.max()) if B > 0 else 0, 1)
+            dense = h.new_full((B, size, h.size(1)), float("-inf"))
+            dense[index.unit_batch, pos] = h  # [B, max_units, H]
+            top, top_pos = dense.topk(min(3, size), dim=1)
+        else:
+            top = top_pos = h.new_zeros(0)
+        return PoolBase(h, total, top, top_pos)
+
+    def candidate_values(self, base: PoolBase, index: UnitIndex, graph: Tensor,
+                         rows: CandidateRows) -> Tensor:
+        """V of every candidate successor SE-state ``[C]``.
+
+        Only the actor and target rows change, so their hidden values are the only
+        matrix work: ``(C + U) x H^2`` per step. Sum/mean pooling adjusts the shared
+        total; max pooling takes, per feature, the largest of the graph's top-3 values
+        that do not belong to a changed row, then the new rows.
+        """
+        C = graph.numel()
+        has_t = rows.has_target
+        new = self.unit_hidden(torch.cat([rows.actor_emb, rows.target_emb[has_t]]))
+        h_a, h_t = new[:C], new.new_zeros(C, self.hidden)
+        h_t[has_t] = new[C:]
+        old_t = base.hidden[rows.target] * has_t.unsqueeze(-1).to(new.dtype)
+        pooled = []
+        for r in self.reduces:
+            if r in ("sum", "mean"):
+                total = base.total[graph] - base.hidden[rows.actor] + h_a - old_t + h_t
+                if r == "mean":
+                    total = total / index.unit_count[graph].unsqueeze(-1).to(total.dtype)
+                pooled.append(total)
+            else:
+                start = index.unit_ptr[graph]
+                pos_a = (rows.actor - start).view(C, 1, 1)
+                pos_t = torch.where(has_t, rows.target - start, torch.full_like(start, -1)).view(C, 1, 1)
+                top, top_pos = base.top[graph], base.top_pos[graph]  # [C, k, H]
+                keep = (top_pos != pos_a) & (top_pos != pos_t)
+                rest = torch.where(keep, top, torch.full_like(top, float("-inf"))).amax(dim=1)
+                h_t_max = torch.where(has_t.unsqueeze(-1), h_t, torch.full_like(h_t, float("-inf")))
+                pooled.append(torch.maximum(torch.maximum(rest, h_a), h_t_max))
+        return self.out(torch.cat(pooled, dim=-1)).squeeze(-1)
+
+    def __repr__(self) -> str:
+        return f"{self.__class__.__name__}({self.hidden}, pool={self.pool})"

@@ -1,0 +1,39 @@
+from setuptools import find_packages, setup
+
+# torch is not pinned here: scripts/install.sh picks the CPU or CUDA build first, so that
+# pip never replaces an installed torch (and never pulls a CUDA build on a CPU machine).
+install_requires = [
+    "torch>=2.1",
+    "torch-geometric>=2.5",
+    "numpy>=1.24",
+    "omegaconf>=2.3",
+    "tensorboard>=2.12",
+    "tqdm>=4.60",
+]
+
+extras_require = {
+    # JaxMARL's SMAX: SMAC scenarios in JAX, runs on CPU.
+    "smax": ["jaxmarl==0.2.0"],
+    # StarCraft II SMAC (needs the StarCraft II binary). NOT the PyPI package `smac`,
+    # which is SMAC3, a hyperparameter optimiser.
+    "sc2": ["smac @ git+https://github.com/oxwhirl/smac.git"],
+    # Google Research Football: compiles its engine; see README for system packages.
+    "grf": ["gfootball==2.10.2", "six"],
+    # Faster scatter on GPU (compiled from source; slower than torch's native on CPU).
+    "scatter": ["torch-scatter"],
+    "plot": ["matplotlib>=3.6"],
+    "dev": ["pytest>=7", "matplotlib>=3.6"],
+}
+
+setup(
+    name="acegnn",
+    version="0.1.0",
+    description="ACE (bidirectional action-dependent Q-learning) as graph neural networks",
+    long_description=open("README.md").read(),
+    long_description_content_type="text/markdown",
+    packages=find_packages(include=["acegnn", "acegnn.*"]),
+    python_requires=">=3.9",
+    install_requires=install_requires,
+    extras_require=extras_require,
+    entry_points={"console_scripts": ["acegnn=acegnn.cli:main"]},
+)

@@ -1,0 +1,119 @@
+"""Schema, state building, batching and the checks on bad input."""
+import pytest
+import torch
+
+from acegnn.envs.synthetic import random_state, smac_like_schema
+from acegnn.graph import (ACTION, ActionKind, GraphSchema, build_state, collate, dense_actions,
+                          unit_index)
+from acegnn.nn import ACENetwork
+
+
+def state(na=2, ne=3, seed=0, **kw):
+    schema = smac_like_schema()
+    return schema, random_state(schema, na, ne, torch.Generator().manual_seed(seed), **kw)
+
+
+def test_schema_validation():
+    with pytest.raises(ValueError, match="agent type 'x'"):
+        GraphSchema({"a": 2}, {}, ("x",), (ActionKind("stay"),))
+    with pytest.raises(ValueError, match="edge type"):
+        GraphSchema({"a": 2}, {("a", "r", "b"): 2}, ("a",), (ActionKind("stay"),))
+    with pytest.raises(ValueError, match="positive feature width"):
+        GraphSchema({"a": 0}, {}, ("a",), (ActionKind("stay"),))
+    with pytest.raises(ValueError, match="unique"):
+        GraphSchema({"a": 1}, {}, ("a",), (ActionKind("s"), ActionKind("s")))
+    with pytest.raises(ValueError, match="reserved"):
+        GraphSchema({"action": 1}, {}, ("action",), (ActionKind("s"),))
+    schema = smac_like_schema()
+    assert schema.targeted_kinds == (5, 6)
+    assert schema.metadata()[0] == ["ally", "enemy"]
+
+
+def test_flat_index_is_graph_major_with_variable_sizes():
+    schema = smac_like_schema()
+    g = torch.Generator().manual_seed(0)
+    states = [random_state(schema, na, ne, g) for na, ne in [(2, 3), (1, 4), (3, 1)]]
+    idx = unit_index(schema, collate(states))
+    assert idx.unit_count.tolist() == [5, 5, 4]
+    assert idx.unit_ptr.tolist() == [0, 5, 10, 14]
+    # graph 1: ally at row 5, enemies rows 6..9
+    assert idx.flat["ally"].tolist() == [0, 1, 5, 10, 11, 12]
+    assert idx.flat["enemy"].tolist() == [2, 3, 4, 6, 7, 8, 9, 13]
+    assert idx.agents.tolist() == [0, 1, 5, 10, 11, 12]
+    # attack enemy 2 of graph 1 by its only ally: slot 5 + 2
+    rows = (idx.action_batch == 1) & (idx.action_slot == 7)
+    assert idx.action_target[rows].tolist() == [8]
+    assert idx.action_actor[rows].tolist() == [5]
+    # heal ally 1 of graph 2 (slot 5 + 1 + 1 = 7): target row 11
+    rows = (idx.action_batch == 2) & (idx.action_slot == 7)
+    assert idx.action_target[rows].tolist() == [11, 11, 11]  # every ally can heal ally 1
+
+
+def test_dense_actions_layout():
+    schema = smac_like_schema(heal=False)
+    kinds = torch.tensor([0, 1, 5, 5])
+    target = torch.tensor([-1, -1, 0, 1])
+    t = dense_actions(schema, "ally", kinds, torch.ones(2, 4, dtype=torch.bool), target,
+                      [None, None, "enemy", "enemy"])
+    assert t["actor"].tolist() == [0, 0, 0, 0, 1, 1, 1, 1]
+    assert t["slot"].tolist() == [0, 1, 2, 3] * 2
+    assert t["target_type"].tolist() == [-1, -1, 1, 1] * 2
+
+
+def test_feature_width_mismatch():
+    schema, d = state()
+    d["enemy"].x = torch.randn(3, 7)
+    with pytest.raises(ValueError, match="node type 'enemy'.*width 5"):
+        unit_index(schema, collate([d]))
+    schema, d = state()
+    et = ("ally", "near", "enemy")
+    d[et].edge_attr = torch.randn(d[et].edge_index.size(1), 3)
+    with pytest.raises(ValueError, match="edge type .*width 2"):
+        ACENetwork(schema, hidden=8).rollout(d)
+
+
+def test_nan_features():
+    schema, d = state()
+    d["ally"].x[0, 1] = float("nan")
+    with pytest.raises(ValueError, match="NaN"):
+        ACENetwork(schema, hidden=8).rollout(d)
+
+
+def test_target_not_in_graph():
+    schema, d = state(na=2, ne=3)
+    tgt = d[ACTION].target
+    tgt[(tgt == 2) & (d[ACTION].target_type == 1)] = 3  # enemy 3 does not exist
+    with pytest.raises(ValueError, match="target 3 is not a unit of type 'enemy'"):
+        ACENetwork(schema, hidden=8).rollout(d)
+
+
+def test_targeted_action_needs_target():
+    schema, d = state()
+    attack = d[ACTION].kind == 5
+    d[ACTION].target[attack] = -1
+    with pytest.raises(ValueError, match="targeted but has no target"):
+        unit_index(schema, collate([d]))
+
+
+def test_all_masked_agent():
+    schema, d = state(na=3)
+    d[ACTION].available[d[ACTION].actor == 1] = False
+    with pytest.raises(ValueError, match="agent 1 .* no available action"):
+        ACENetwork(schema, hidden=8).rollout(d)
+
+
+def test_actor_must_be_agent_type():
+    schema, d = state()
+    d[ACTION].actor_type[0] = 1
+    with pytest.raises(ValueError, match="agent type"):
+        unit_index(schema, collate([d]))
+
+
+def test_missing_types_are_stored_empty_and_batch():
+    schema = smac_like_schema()
+    acts = dense_actions(schema, "ally", torch.tensor([0, 1]), torch.ones(1, 2, dtype=torch.bool))
+    d = build_state(schema, {"ally": torch.randn(1, 6)}, {}, {}, acts)
+    assert d["enemy"].x.shape == (0, 5)
+    b = collate([d, random_state(schema, 2, 2)])
+    ro = ACENetwork(schema, hidden=8).rollout(b)
+    assert ro.actions.shape == (3,)

@@ -1,0 +1,230 @@
+"""The efficient rollout against a naive, from-scratch reference, and its contract."""
+import copy
+
+import pytest
+import torch
+
+from acegnn.envs.synthetic import random_state, smac_like_schema
+from acegnn.graph import ACTION, collate
+from acegnn.nn import ACENetwork
+
+import reference as R
+
+SIZES = [(2, 3), (3, 2), (1, 1), (4, 3), (3, 5)]
+
+
+def make_states(seed=0, mask_prob=0.3, heal=True, sizes=SIZES):
+    g = torch.Generator().manual_seed(seed)
+    schema = smac_like_schema(heal=heal)
+    return schema, [random_state(schema, na, ne, g, mask_prob=mask_prob) for na, ne in sizes]
+
+
+def max_error_against_reference(net, states, ro):
+    idx = ro.encoded.index
+    err, checked = 0.0, 0
+    for gi, d in enumerate(states):
+        agents = (idx.agent_batch == gi).nonzero().view(-1)
+        ranks = ro.rank[agents].tolist()
+        order = sorted(range(len(agents)), key=lambda i: ranks[i])
+        ref = R.reference_candidates(net, d, order, ro.actions[agents].tolist())
+        for step, agent in zip(ref, order):
+            rows = (idx.action_agent == agents[agent]).nonzero().view(-1)
+            evaluated = rows[~torch.isnan(ro.candidate_values[rows])]
+            assert sorted(idx.action_slot[evaluated].tolist()) == sorted(step)  # only available
+            for slot, v in step.items():
+                row = rows[idx.action_slot[rows] == slot].item()
+                err = max(err, abs(ro.candidate_values[row].item() - v.item()))
+                checked += 1
+    assert checked > 0
+    return err
+
+
+@pytest.mark.parametrize("pool", ["mean", "sum", "max", "mean_max"])
+@pytest.mark.parametrize("conv", ["ace", "gatv2", "transformer"])
+def test_matches_naive_reference(pool, conv):
+    torch.manual_seed(0)
+    schema, states = make_states()
+    net = ACENetwork(schema, hidden=16, conv=conv, pool=pool)
+    gen = torch.Generator().manual_seed(1)
+    ro = net.rollout(collate(states), order="random", epsilon=0.5, generator=gen)
+    assert max_error_against_reference(net, states, ro) < 1e-5
+
+
+@pytest.mark.parametrize("passive", [True, False])
+def test_matches_reference_with_and_without_passive(passive):
+    torch.manual_seed(1)
+    schema, states = make_states(seed=3, mask_prob=0.5)
+    net = ACENetwork(schema, hidden=32, passive=passive, pool="mean_max")
+    ro = net.rollout(collate(states), order="random", epsilon=0.3,
+                     generator=torch.Generator().manual_seed(2))
+    assert max_error_against_reference(net, states, ro) < 1e-5
+
+
+def test_passive_changes_values_of_targeted_actions():
+    torch.manual_seed(0)
+    schema, states = make_states(seed=5, mask_prob=0.0, sizes=[(2, 3)])
+    net = ACENetwork(schema, hidden=16)
+    ro = net.rollout(states[0])
+    idx = ro.encoded.index
+    attack = idx.action_kind == schema.kind_index("attack")
+    first = idx.action_agent == ro.first_agent[0]
+    v = ro.candidate_values[attack & first]
+    assert v.unique().numel() == v.numel()  # each target gives a distinct SE-state
+    net.action_encoder.passive = False
+    ro2 = net.rollout(states[0])
+    v2 = ro2.candidate_values[attack & (ro2.encoded.index.action_agent == ro2.first_agent[0])]
+    assert torch.allclose(v2, v2[0].expand_as(v2))  # w/o IA: one kind, one active message
+
+
+def test_greedy_picks_argmax_and_values_are_consistent():
+    torch.manual_seed(0)
+    schema, states = make_states(seed=7)
+    net = ACENetwork(schema, hidden=16)
+    ro = net.rollout(collate(states))
+    idx = ro.encoded.index
+    for i in range(idx.num_agents):
+        rows = (idx.action_agent == i) & idx.action_available
+        v = ro.candidate_values[rows]
+        assert ro.max_value[i] == v.max()
+        assert ro.chosen_value[i] == v.max()
+        assert ro.action_ids[i] == ro.greedy_ids[i]
+        assert idx.action_available[ro.action_ids[i]]
+    # the chosen SE-state of the last agent equals the full readout of the final units
+    last = ro.next_agent == -1
+    full = net.value(ro.final_units, ro.encoded)
+    assert torch.allclose(ro.chosen_value[last], full[idx.agent_batch[last]], atol=1e-5)
+
+
+def test_teacher_forcing_follows_given_actions():
+    torch.manual_seed(0)
+    schema, states = make_states(seed=2)
+    net = ACENetwork(schema, hidden=16)
+    b = collate(states)
+    explored = net.rollout(b, epsilon=1.0, generator=torch.Generator().manual_seed(0))
+    forced = net.rollout(b, actions=explored.actions)
+    assert torch.equal(forced.actions, explored.actions)
+    assert torch.allclose(forced.candidate_values.nan_to_num(), explored.candidate_values.nan_to_num())
+    bad = explored.actions.clone()
+    idx = forced.encoded.index
+    unavailable = (~idx.action_available).nonzero().view(-1)
+    row = unavailable[0]
+    bad[idx.action_agent[row]] = idx.action_slot[row]
+    with pytest.raises(ValueError, match="invalid action"):
+        net.rollout(b, actions=bad)
+    bad[0] = 999
+    with pytest.raises(ValueError, match="invalid action"):
+        net.rollout(b, actions=bad)
+
+
+def test_orders_and_next_agent():
+    schema, states = make_states(seed=4)
+    net = ACENetwork(schema, hidden=8)
+    b = collate(states)
+    ro = net.rollout(b, order="random", generator=torch.Generator().manual_seed(3))
+    idx = ro.encoded.index
+    for gi in range(idx.num_graphs):
+        agents = (idx.agent_batch == gi).nonzero().view(-1)
+        assert sorted(ro.rank[agents].tolist()) == list(range(agents.numel()))
+        seq = [int(ro.first_agent[gi])]
+        while ro.next_agent[seq[-1]] >= 0:
+            seq.append(int(ro.next_agent[seq[-1]]))
+        assert ro.rank[torch.tensor(seq)].tolist() == list(range(agents.numel()))
+    explicit = net.rollout(b, order=ro.rank)
+    assert torch.equal(explicit.rank, ro.rank)
+    with pytest.raises(ValueError, match="permutation"):
+        net.rollout(b, order=torch.zeros_like(ro.rank))
+    with pytest.raises(ValueError, match="order"):
+        net.rollout(b, order="sorted-by-magic")
+
+
+def test_max_steps_only_values_first_agents():
+    schema, states = make_states(seed=4)
+    net = ACENetwork(schema, hidden=8)
+    ro = net.rollout(collate(states), max_steps=1)
+    idx = ro.encoded.index
+    first = ro.rank == 0
+    assert not torch.isnan(ro.max_value[first]).any()
+    assert torch.isnan(ro.max_value[~first]).all()
+    assert (ro.actions[~first] == -1).all()
+
+
+def test_epsilon_and_order_are_deterministic_given_generator():
+    schema, states = make_states(seed=6)
+    net = ACENetwork(schema, hidden=8)
+    b = collate(states)
+    runs = [net.rollout(b, order="random", epsilon=0.5, generator=torch.Generator().manual_seed(9))
+            for _ in range(2)]
+    assert torch.equal(runs[0].actions, runs[1].actions)
+    assert torch.equal(runs[0].rank, runs[1].rank)
+    other = net.rollout(b, order="random", epsilon=0.5, generator=torch.Generator().manual_seed(10))
+    assert not (torch.equal(other.actions, runs[0].actions) and torch.equal(other.rank, runs[0].rank))
+
+
+def test_gradients_flow_to_every_part():
+    schema, states = make_states(seed=8, mask_prob=0.0)
+    net = ACENetwork(schema, hidden=8)
+    ro = net.rollout(collate(states), epsilon=1.0, generator=torch.Generator().manual_seed(0))
+    ro.chosen_value.sum().backward()
+    for name, p in net.named_parameters():
+        assert p.grad is not None and p.grad.abs().sum() > 0, name
+
+
+def permute_state(d, perm):
+    """The same state with units of each type reordered: new unit j = old unit perm[t][j]."""
+    d = copy.copy(d)
+    d = d.clone()
+    inv = {t: torch.argsort(p) for t, p in perm.items()}
+    for t, p in perm.items():
+        d[t].x = d[t].x[p]
+    for et in d.edge_types:
+        s, _, t = et
+        ei = d[et].edge_index
+        d[et].edge_index = torch.stack([inv[s][ei[0]], inv[t][ei[1]]])
+    names = list(perm)
+    store = d[ACTION]
+    actor_t = store.actor_type
+    store.actor = torch.stack([inv[names[int(a)]][i] for a, i in zip(actor_t, store.actor)])
+    target = store.target.clone()
+    for k in range(target.numel()):
+        if target[k] >= 0:
+            target[k] = inv[names[int(store.target_type[k])]][target[k]]
+    store.target = target
+    return d
+
+
+@pytest.mark.parametrize("pool", ["mean", "max"])
+def test_values_invariant_to_unit_permutation(pool):
+    torch.manual_seed(0)
+    schema, states = make_states(seed=11, sizes=[(4, 5)])
+    d = states[0]
+    net = ACENetwork(schema, hidden=16, pool=pool)
+    ro = net.rollout(d, order="random", epsilon=0.5, generator=torch.Generator().manual_seed(0))
+    perm = {"ally": torch.tensor([2, 0, 3, 1]), "enemy": torch.tensor([4, 2, 0, 1, 3])}
+    p = permute_state(d, perm)
+    # agent perm[j] of the original is agent j of the permuted graph
+    ro_p = net.rollout(p, order=ro.rank[perm["ally"]], actions=ro.actions[perm["ally"]])
+    assert torch.allclose(ro.candidate_values.nan_to_num(), ro_p.candidate_values.nan_to_num(),
+                          atol=1e-5)
+    assert torch.equal(ro.candidate_values.isnan(), ro_p.candidate_values.isnan())
+
+
+def test_repr():
+    schema = smac_like_schema()
+    net = ACENetwork(schema, hidden=32, conv="gatv2", pool="max", passive=False)
+    assert str(net) == "ACENetwork(hidden=32, conv=gatv2, pool=max, passive=False)"
+    assert str(net.value_head) == "ValueHead(32, pool=max)"
+    assert str(net.unit_encoder) == "UnitEncoder(32, conv=gatv2)"
+
+
+def test_bad_network_arguments():
+    schema = smac_like_schema()
+    with pytest.raises(ValueError, match="unknown unit conv"):
+        ACENetwork(schema, conv="nope")
+    with pytest.raises(ValueError, match="unknown pool"):
+        ACENetwork(schema, pool="median")
+    with pytest.raises(ValueError, match="hidden"):
+        ACENetwork(schema, hidden=0)
+    net = ACENetwork(schema, hidden=8)
+    _, states = make_states()
+    with pytest.raises(ValueError, match="epsilon"):
+        net.rollout(states[0], epsilon=1.5)
