@@ -41,7 +41,7 @@ def edge_key(et: EdgeType) -> str:
 
 def mlp1(in_dim: int, out_dim: int) -> nn.Sequential:
     """The paper's encoder block: a fully connected layer and a ReLU."""
-    return nn.Sequential(nn.Linear(in_dim, out_dim), nn.ReLU())
+    return nn.Sequential(nn.Linear(in_dim, out_dim), nn.ReLU(inplace=True))
 
 
 @register_unit_conv("ace")
@@ -65,16 +65,15 @@ class MeanEdgeConv(nn.Module):
 
     def forward(self, h_dict: Dict[str, Tensor], edge_index_dict: Dict[EdgeType, Tensor],
                 edge_emb_dict: Dict[EdgeType, Tensor]) -> Dict[str, Tensor]:
-        out = {}
-        for t, h in h_dict.items():
-            ets = [et for et in edge_index_dict if et[2] == t]
-            if not ets:
-                out[t] = h
-                continue
-            emb = torch.cat([edge_emb_dict[et] for et in ets])  # [E_in, H]
-            dst = torch.cat([edge_index_dict[et][1] for et in ets])
-            out[t] = h + scatter(emb, dst, dim=0, dim_size=h.size(0), reduce="mean")
-        return out
+        total = {t: torch.zeros_like(h) for t, h in h_dict.items()}
+        count = {t: h.new_zeros(h.size(0), 1) for t, h in h_dict.items()}
+        for et, ei in edge_index_dict.items():  # sum per edge type: no concatenated copy
+            dst, n = ei[1], h_dict[et[2]].size(0)
+            total[et[2]] = total[et[2]] + scatter(edge_emb_dict[et], dst, dim=0, dim_size=n,
+                                                  reduce="sum")
+            count[et[2]] = count[et[2]] + scatter(torch.ones_like(dst, dtype=h_dict[et[2]].dtype)
+                                                  .unsqueeze(-1), dst, dim=0, dim_size=n)
+        return {t: h + total[t] / count[t].clamp(min=1) for t, h in h_dict.items()}
 
     def __repr__(self) -> str:
         return f"{self.__class__.__name__}({self.hidden})"
