@@ -14,23 +14,34 @@ from torch_geometric.data import HeteroData
 from acegnn.graph import ACTION
 
 
+def seq(mods, x: Tensor) -> Tensor:
+    """Apply an MLP by hand: Linear -> x W^T + b, ReLU -> max(x, 0)."""
+    for m in mods:
+        if isinstance(m, torch.nn.Sequential):
+            x = seq(m, x)
+        elif isinstance(m, torch.nn.Linear):
+            x = x @ m.weight.T + m.bias
+        else:
+            x = torch.clamp(x, min=0)
+    return x
+
+
 def encode_units(net, d: HeteroData) -> Tensor:
     """Unit embeddings of one graph, units in schema type order. ``[U, H]``"""
     schema = net.schema
     if net.unit_encoder.conv_name == "ace":
         rows = []
         for t in schema.node_types:
-            lin = net.unit_encoder.node_encoders[t][0]
-            h = torch.relu(d[t].x @ lin.weight.T + lin.bias)
+            h = seq(net.unit_encoder.node_encoders[t], d[t].x)
             for j in range(h.size(0)):
                 incoming = []
                 for et in schema.edge_types:
                     if et[2] != t:
                         continue
-                    elin = net.unit_encoder.edge_encoders["__".join(et)][0]
+                    enc = net.unit_encoder.edge_encoders["__".join(et)]
                     ei, ea = d[et].edge_index, d[et].edge_attr
                     into_j = ea[ei[1] == j]  # features of the edges ending at unit j
-                    incoming.append(torch.relu(into_j @ elin.weight.T + elin.bias))
+                    incoming.append(seq(enc, into_j))
                 incoming = torch.cat(incoming) if incoming else h.new_zeros(0, h.size(1))
                 rows.append(h[j] + incoming.mean(0) if incoming.size(0) > 0 else h[j])
         return torch.stack(rows)
@@ -58,8 +69,7 @@ def add_action(net, d: HeteroData, units: Tensor, a: int) -> Tensor:
     enc = net.action_encoder
     if enc.passive and schema.action_kinds[kind].targeted:
         t_name = schema.node_type_names[actor_type]
-        lin = enc.passive_encoders[t_name][0]
-        out = torch.relu(d[t_name].x[actor] @ lin.weight.T + lin.bias)
+        out = seq(enc.passive_encoders[t_name], d[t_name].x[actor])
         col = list(schema.targeted_kinds).index(kind)
         passive = out.view(len(schema.targeted_kinds), -1)[col]
         tr = unit_row(net, d, int(store.target_type[a]), int(store.target[a]))
@@ -69,10 +79,10 @@ def add_action(net, d: HeteroData, units: Tensor, a: int) -> Tensor:
 
 def value(net, units: Tensor) -> Tensor:
     head = net.value_head
-    h = torch.relu(units @ head.unit_fc.weight.T + head.unit_fc.bias)
+    h = seq(head.unit_mlp, units)
     pools = {"mean": h.mean(0), "sum": h.sum(0), "max": h.max(0).values}
     pooled = torch.cat([pools[r] for r in head.reduces])
-    return (pooled @ head.out.weight.T + head.out.bias).squeeze(-1)
+    return seq(head.out, pooled).squeeze(-1)
 
 
 def reference_candidates(net, d: HeteroData, order: Sequence[int],

@@ -50,11 +50,11 @@ def test_matches_naive_reference(pool, conv):
     assert max_error_against_reference(net, states, ro) < 1e-5
 
 
-@pytest.mark.parametrize("passive", [True, False])
-def test_matches_reference_with_and_without_passive(passive):
+@pytest.mark.parametrize("passive,layers", [(True, 1), (False, 1), (True, 3)])
+def test_matches_reference_with_and_without_passive(passive, layers):
     torch.manual_seed(1)
     schema, states = make_states(seed=3, mask_prob=0.5)
-    net = ACENetwork(schema, hidden=32, passive=passive, pool="mean_max")
+    net = ACENetwork(schema, hidden=32, passive=passive, pool="mean_max", layers=layers)
     ro = net.rollout(collate(states), order="random", epsilon=0.3,
                      generator=torch.Generator().manual_seed(2))
     assert max_error_against_reference(net, states, ro) < 1e-5
@@ -211,8 +211,8 @@ def test_values_invariant_to_unit_permutation(pool):
 def test_repr():
     schema = smac_like_schema()
     net = ACENetwork(schema, hidden=32, conv="gatv2", pool="max", passive=False)
-    assert str(net) == "ACENetwork(hidden=32, conv=gatv2, pool=max, passive=False)"
-    assert str(net.value_head) == "ValueHead(32, pool=max)"
+    assert str(net) == "ACENetwork(hidden=32, conv=gatv2, pool=max, passive=False, layers=1)"
+    assert str(net.value_head) == "ValueHead(32, pool=max, layers=1)"
     assert str(net.unit_encoder) == "UnitEncoder(32, conv=gatv2)"
 
 

@@ -1,5 +1,5 @@
 """The ACE value network and the decision with rollout."""
-from acegnn.nn.ace import ACENetwork
+from acegnn.nn.ace import ACENetwork, ModelConfig
 from acegnn.nn.action_encoder import ActionEncoder
 from acegnn.nn.rollout import Rollout, agent_ranks, sequential_rollout
 from acegnn.nn.se_state import EncodedState, action_messages, apply_actions, candidate_rows
@@ -7,7 +7,7 @@ from acegnn.nn.unit_encoder import UNIT_CONVS, MeanEdgeConv, UnitEncoder, regist
 from acegnn.nn.value_head import POOLS, ValueHead
 
 __all__ = [
-    "ACENetwork", "ActionEncoder", "Rollout", "agent_ranks", "sequential_rollout",
+    "ACENetwork", "ModelConfig", "ActionEncoder", "Rollout", "agent_ranks", "sequential_rollout",
     "EncodedState", "action_messages", "apply_actions", "candidate_rows", "UNIT_CONVS",
     "MeanEdgeConv", "UnitEncoder", "register_unit_conv", "POOLS", "ValueHead",
 ]

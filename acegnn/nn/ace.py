@@ -1,6 +1,7 @@
 """The ACE value network: unit encoder, action encoder and value encoder."""
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Optional, Union
 
 from torch import Tensor, nn
@@ -14,6 +15,23 @@ from acegnn.nn.rollout import Rollout, sequential_rollout
 from acegnn.nn.se_state import EncodedState
 from acegnn.nn.unit_encoder import UnitEncoder
 from acegnn.nn.value_head import ValueHead
+
+
+@dataclass
+class ModelConfig:
+    """Hyper-parameters of :class:`ACENetwork`."""
+
+    hidden: int = 128
+    """Embedding width."""
+    conv: str = "ace"
+    """Message-passing step of the unit encoder (``ace``, ``gatv2``, ``transformer`` or a
+    registered name)."""
+    pool: str = "mean"
+    """Pooling of the value encoder: ``mean``, ``sum``, ``max`` or ``mean_max``."""
+    passive: bool = True
+    """Passive action embeddings (False: the ACE-w/o-IA ablation)."""
+    layers: int = 1
+    """Depth of every encoder MLP (1: the paper's single fc + ReLU)."""
 
 
 class ACENetwork(nn.Module):
@@ -32,18 +50,25 @@ class ACENetwork(nn.Module):
         passive (bool, optional): Passive action embeddings; :obj:`False` is the
             ACE-w/o-IA ablation. (default: :obj:`True`)
         conv_kwargs (dict, optional): Extra arguments of the message-passing step.
+        layers (int, optional): Depth of the node, edge, passive-action and value MLPs.
+            (default: :obj:`1`, the paper's fc + ReLU)
     """
 
     def __init__(self, schema: GraphSchema, hidden: int = 128, conv: str = "ace",
                  pool: str = "mean", passive: bool = True,
-                 conv_kwargs: Optional[dict] = None) -> None:
+                 conv_kwargs: Optional[dict] = None, layers: int = 1) -> None:
         super().__init__()
         if not isinstance(hidden, int) or hidden <= 0:
             raise ValueError(f"hidden must be a positive int (got {hidden!r})")
         self.schema, self.hidden = schema, hidden
-        self.unit_encoder = UnitEncoder(schema, hidden, conv, conv_kwargs)
-        self.action_encoder = ActionEncoder(schema, hidden, passive)
-        self.value_head = ValueHead(hidden, pool)
+        self.unit_encoder = UnitEncoder(schema, hidden, conv, conv_kwargs, layers)
+        self.action_encoder = ActionEncoder(schema, hidden, passive, layers)
+        self.value_head = ValueHead(hidden, pool, layers)
+
+    @classmethod
+    def from_config(cls, schema: GraphSchema, cfg: ModelConfig) -> "ACENetwork":
+        return cls(schema, hidden=cfg.hidden, conv=cfg.conv, pool=cfg.pool, passive=cfg.passive,
+                   layers=cfg.layers)
 
     def reset_parameters(self) -> None:
         self.unit_encoder.reset_parameters()
@@ -84,4 +109,4 @@ class ACENetwork(nn.Module):
     def __repr__(self) -> str:
         return (f"{self.__class__.__name__}(hidden={self.hidden}, "
                 f"conv={self.unit_encoder.conv_name}, pool={self.value_head.pool}, "
-                f"passive={self.action_encoder.passive})")
+                f"passive={self.action_encoder.passive}, layers={self.value_head.layers})")

@@ -8,7 +8,7 @@ from torch import Tensor, nn
 
 from acegnn.graph.index import UnitIndex
 from acegnn.graph.schema import GraphSchema
-from acegnn.nn.unit_encoder import mlp1
+from acegnn.nn.unit_encoder import mlp, reset_mlp
 
 
 class ActionEncoder(nn.Module):
@@ -25,12 +25,14 @@ class ActionEncoder(nn.Module):
         passive (bool, optional): Use passive embeddings. :obj:`False` is the paper's
             ACE-w/o-IA ablation: targeted actions then only carry their active part.
             (default: :obj:`True`)
+        layers (int, optional): Depth of the passive encoder. (default: :obj:`1`)
 
     Shapes:
         - **passive_table output:** ``[num_agents, num_targeted_kinds, hidden]``
     """
 
-    def __init__(self, schema: GraphSchema, hidden: int, passive: bool = True) -> None:
+    def __init__(self, schema: GraphSchema, hidden: int, passive: bool = True,
+                 layers: int = 1) -> None:
         super().__init__()
         self.schema, self.hidden = schema, hidden
         self.targeted = schema.targeted_kinds
@@ -41,14 +43,15 @@ class ActionEncoder(nn.Module):
         col[list(self.targeted)] = torch.arange(len(self.targeted))
         self.register_buffer("passive_col", col, persistent=False)
         self.passive_encoders = nn.ModuleDict({
-            t: mlp1(schema.node_types[t], hidden * len(self.targeted)) for t in schema.agent_types
+            t: mlp(schema.node_types[t], hidden * len(self.targeted), layers)
+            for t in schema.agent_types
         }) if self.passive else nn.ModuleDict()
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
         nn.init.normal_(self.active, std=0.1)
         for m in self.passive_encoders.values():
-            m[0].reset_parameters()
+            reset_mlp(m)
 
     def passive_table(self, x_dict: Dict[str, Tensor], index: UnitIndex) -> Optional[Tensor]:
         """Passive embeddings of every agent for every targeted kind, computed once per

@@ -39,9 +39,20 @@ def edge_key(et: EdgeType) -> str:
     return "__".join(et)
 
 
-def mlp1(in_dim: int, out_dim: int) -> nn.Sequential:
-    """The paper's encoder block: a fully connected layer and a ReLU."""
-    return nn.Sequential(nn.Linear(in_dim, out_dim), nn.ReLU(inplace=True))
+def mlp(in_dim: int, out_dim: int, layers: int = 1) -> nn.Sequential:
+    """``layers`` times (fully connected + ReLU); ``layers=1`` is the paper's block."""
+    if layers < 1:
+        raise ValueError(f"layers must be at least 1 (got {layers})")
+    mods = []
+    for i in range(layers):
+        mods += [nn.Linear(in_dim if i == 0 else out_dim, out_dim), nn.ReLU(inplace=True)]
+    return nn.Sequential(*mods)
+
+
+def reset_mlp(m: nn.Sequential) -> None:
+    for layer in m:
+        if isinstance(layer, nn.Linear):
+            layer.reset_parameters()
 
 
 @register_unit_conv("ace")
@@ -132,6 +143,7 @@ class UnitEncoder(nn.Module):
         conv (str, optional): Name of the message-passing step in :data:`UNIT_CONVS`.
             (default: :obj:`"ace"`)
         conv_kwargs (dict, optional): Extra arguments of the step. (default: :obj:`None`)
+        layers (int, optional): Depth of the node and edge encoders. (default: :obj:`1`)
 
     Shapes:
         - **input:** ``x_dict`` ``{t: [N_t, F_t]}``, ``edge_index_dict`` ``{e: [2, E_e]}``,
@@ -140,19 +152,20 @@ class UnitEncoder(nn.Module):
     """
 
     def __init__(self, schema: GraphSchema, hidden: int, conv: str = "ace",
-                 conv_kwargs: Optional[dict] = None) -> None:
+                 conv_kwargs: Optional[dict] = None, layers: int = 1) -> None:
         super().__init__()
         if conv not in UNIT_CONVS:
             raise ValueError(f"unknown unit conv '{conv}' (registered: {sorted(UNIT_CONVS)})")
         self.schema, self.hidden, self.conv_name = schema, hidden, conv
-        self.node_encoders = nn.ModuleDict({t: mlp1(f, hidden) for t, f in schema.node_types.items()})
+        self.node_encoders = nn.ModuleDict({t: mlp(f, hidden, layers)
+                                            for t, f in schema.node_types.items()})
         self.edge_encoders = nn.ModuleDict({
-            edge_key(et): mlp1(f, hidden) for et, f in schema.edge_types.items()})
+            edge_key(et): mlp(f, hidden, layers) for et, f in schema.edge_types.items()})
         self.conv = UNIT_CONVS[conv](schema, hidden, **(conv_kwargs or {}))
 
     def reset_parameters(self) -> None:
         for m in list(self.node_encoders.values()) + list(self.edge_encoders.values()):
-            m[0].reset_parameters()
+            reset_mlp(m)
         self.conv.reset_parameters()
 
     def forward(self, x_dict: Dict[str, Tensor], edge_index_dict: Dict[EdgeType, Tensor],

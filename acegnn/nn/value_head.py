@@ -9,6 +9,7 @@ from torch_geometric.utils import scatter
 
 from acegnn.graph.index import UnitIndex
 from acegnn.nn.se_state import CandidateRows
+from acegnn.nn.unit_encoder import mlp, reset_mlp
 
 POOLS = {"mean": ("mean",), "sum": ("sum",), "max": ("max",), "mean_max": ("mean", "max")}
 
@@ -32,23 +33,30 @@ class ValueHead(nn.Module):
         hidden (int): Embedding width.
         pool (str, optional): ``"mean"``, ``"sum"``, ``"max"`` or ``"mean_max"``
             (both, concatenated). (default: :obj:`"mean"`)
+        layers (int, optional): Depth of the per-unit MLP and of the readout after
+            pooling (``layers - 1`` hidden fc + ReLU, then fc). (default: :obj:`1`)
     """
 
-    def __init__(self, hidden: int, pool: str = "mean") -> None:
+    def __init__(self, hidden: int, pool: str = "mean", layers: int = 1) -> None:
         super().__init__()
         if pool not in POOLS:
             raise ValueError(f"unknown pool '{pool}' (choose from {sorted(POOLS)})")
-        self.hidden, self.pool = hidden, pool
+        self.hidden, self.pool, self.layers = hidden, pool, layers
         self.reduces: Tuple[str, ...] = POOLS[pool]
-        self.unit_fc = nn.Linear(hidden, hidden)
-        self.out = nn.Linear(hidden * len(self.reduces), 1)
+        self.unit_mlp = mlp(hidden, hidden, layers)
+        pooled = hidden * len(self.reduces)
+        readout = [mlp(pooled, hidden, layers - 1)] if layers > 1 else []
+        self.out = nn.Sequential(*readout, nn.Linear(hidden if layers > 1 else pooled, 1))
 
     def reset_parameters(self) -> None:
-        self.unit_fc.reset_parameters()
-        self.out.reset_parameters()
+        reset_mlp(self.unit_mlp)
+        for m in self.out.modules():
+            if isinstance(m, nn.Linear):
+                m.reset_parameters()
 
     def unit_hidden(self, units: Tensor) -> Tensor:
-        return torch.relu(self.unit_fc(units))
+        """Per-unit 'fc-relu' of the value encoder ``[U, H] -> [U, H]``."""
+        return self.unit_mlp(units)
 
     def forward(self, units: Tensor, index: UnitIndex) -> Tensor:
         """V of whole SE-states from their unit embeddings ``[U, H]`` -> ``[B]``."""
@@ -110,4 +118,4 @@ class ValueHead(nn.Module):
         return self.out(torch.cat(pooled, dim=-1)).squeeze(-1)
 
     def __repr__(self) -> str:
-        return f"{self.__class__.__name__}({self.hidden}, pool={self.pool})"
+        return f"{self.__class__.__name__}({self.hidden}, pool={self.pool}, layers={self.layers})"

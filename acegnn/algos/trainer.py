@@ -1,0 +1,282 @@
+"""The off-policy training loop shared by every value-based learner.
+
+collect (epsilon-greedy, vectorised envs) -> replay -> updates -> evaluation, with
+TensorBoard/CSV logs, atomic checkpoints and exact resume.
+"""
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from typing import Dict, Optional, Protocol
+
+import torch
+from torch import Tensor
+from torch_geometric.data import Batch
+
+from acegnn.buffers.replay import ReplayBuffer
+from acegnn.envs.base import VecTask
+from acegnn.utils.logger import Logger
+
+CHECKPOINT = "checkpoint.pt"
+CHECKPOINT_VERSION = 1
+
+
+@dataclass
+class TrainConfig:
+    """Training loop settings (defaults: the paper's Spiders-and-Fly table)."""
+
+    total_samples: int = 1_000_000
+    """Environment steps to collect at most."""
+    samples_per_collect: int = 1024
+    """Environment steps between two rounds of updates."""
+    updates_per_collect: int = 10
+    """Gradient steps per round."""
+    batch_size: int = 256
+    """Transitions per gradient step."""
+    buffer_size: int = 1_000_000
+    """Replay capacity in transitions."""
+    learning_starts: int = 1024
+    """Environment steps collected before the first update."""
+    eps_start: float = 1.0
+    eps_end: float = 0.05
+    eps_decay: int = 150_000
+    """Environment steps over which epsilon decays linearly from eps_start to eps_end."""
+    eval_every: int = 10_240
+    """Environment steps between evaluations (0: never)."""
+    eval_episodes: int = 32
+    """Greedy test episodes per evaluation."""
+    eval_seed: int = 12345
+    """Seed of the test episodes: every evaluation plays the same starts."""
+    stop_on_success: bool = True
+    """Stop once an evaluation succeeds in every test episode."""
+    checkpoint_every: int = 102_400
+    """Environment steps between checkpoints (0: only at the end)."""
+    halt_after: int = 0
+    """Testing aid: exit as if killed after this many steps (0: never)."""
+    device: str = "cpu"
+    progress: bool = True
+    """Show a progress bar."""
+
+    def __post_init__(self) -> None:
+        for key in ("total_samples", "samples_per_collect", "batch_size", "buffer_size",
+                    "eval_episodes"):
+            if getattr(self, key) <= 0:
+                raise ValueError(f"train.{key} must be positive (got {getattr(self, key)})")
+        if not 0 <= self.eps_end <= 1 or not 0 <= self.eps_start <= 1:
+            raise ValueError(f"train.eps_start/eps_end must be in [0, 1] "
+                             f"(got {self.eps_start}, {self.eps_end})")
+
+
+class Learner(Protocol):
+    def act(self, graphs: Batch, epsilon: float = 0.0,
+            generator: Optional[torch.Generator] = None) -> Tensor: ...
+
+    def update(self, graphs: Batch, actions: Tensor, reward: Tensor, terminated: Tensor,
+               next_graphs: Batch, generator: Optional[torch.Generator] = None) -> Dict[str, float]: ...
+
+    def state_dict(self) -> dict: ...
+
+    def load_state_dict(self, state: dict) -> None: ...
+
+
+def linear_epsilon(samples: int, start: float, end: float, decay: int) -> float:
+    if decay <= 0:
+        return end
+    frac = min(1.0, samples / decay)
+    return start + frac * (end - start)
+
+
+def atomic_save(obj: dict, path: str) -> None:
+    """Write to a temporary file then rename: a crash never leaves a half checkpoint."""
+    tmp = path + ".tmp"
+    torch.save(obj, tmp)
+    os.replace(tmp, path)
+
+
+class Halted(Exception):
+    """Raised by ``train.halt_after`` to simulate a killed run."""
+
+
+class Trainer:
+    """Runs one experiment in ``run_dir``.
+
+    Args:
+        task (VecTask): The training task.
+        learner (Learner): The learner (ACE-DQN or a baseline).
+        cfg (TrainConfig): Loop settings.
+        seed (int): Seed of exploration and replay sampling.
+        run_dir (str): Directory of logs and checkpoints (created).
+        config (dict, optional): The resolved experiment config, saved in checkpoints.
+    """
+
+    def __init__(self, task: VecTask, learner: Learner, cfg: TrainConfig, seed: int,
+                 run_dir: str, config: Optional[dict] = None) -> None:
+        self.task, self.learner, self.cfg, self.run_dir = task, learner, cfg, run_dir
+        self.config = config or {}
+        os.makedirs(run_dir, exist_ok=True)
+        self.buffer = ReplayBuffer(min(cfg.buffer_size, cfg.total_samples + task.num_envs),
+                                   task.obs_spec, task.n_agents)
+        self.collect_gen = torch.Generator().manual_seed(seed * 2 + 1)
+        self.sample_gen = torch.Generator().manual_seed(seed * 2 + 2)
+        self.samples = self.updates = 0
+        self.samples_to_success: Optional[int] = None
+        self.last_eval: Dict[str, float] = {}
+        self.ep_return = torch.zeros(task.num_envs)
+        self.ep_length = torch.zeros(task.num_envs, dtype=torch.long)
+        self.logger: Optional[Logger] = None
+
+    # One round ------------------------------------------------------------------------
+    def collect(self) -> Dict[str, float]:
+        cfg, task = self.cfg, self.task
+        returns, lengths = [], []
+        steps = max(1, cfg.samples_per_collect // task.num_envs)
+        for _ in range(steps):
+            eps = linear_epsilon(self.samples, cfg.eps_start, cfg.eps_end, cfg.eps_decay)
+            obs = task.observe()
+            actions = self.learner.act(task.graphs(obs), eps, self.collect_gen)
+            actions = actions.view(task.num_envs, task.n_agents).cpu()
+            tr = task.step(actions)
+            self.buffer.add(obs, actions, tr.reward, tr.terminated, tr.next_obs)
+            self.samples += task.num_envs
+            self.ep_return += tr.reward
+            self.ep_length += 1
+            done = tr.terminated | tr.truncated
+            if bool(done.any()):
+                returns += self.ep_return[done].tolist()
+                lengths += self.ep_length[done].tolist()
+                self.ep_return[done] = 0
+                self.ep_length[done] = 0
+        out = {"epsilon": eps}
+        if returns:
+            out["episode_return"] = sum(returns) / len(returns)
+            out["episode_length"] = sum(lengths) / len(lengths)
+        return out
+
+    def learn(self) -> Dict[str, float]:
+        cfg, task = self.cfg, self.task
+        if self.samples < cfg.learning_starts:
+            return {}
+        totals: Dict[str, float] = {}
+        for _ in range(cfg.updates_per_collect):
+            s = self.buffer.sample(cfg.batch_size, self.sample_gen)
+            m = self.learner.update(task.graphs(s.obs), s.actions.view(-1), s.reward,
+                                    s.terminated, task.graphs(s.next_obs), self.sample_gen)
+            self.updates += 1
+            for k, v in m.items():
+                totals[k] = totals.get(k, 0.0) + v / cfg.updates_per_collect
+        return totals
+
+    def evaluate(self) -> Dict[str, float]:
+        gen = torch.Generator().manual_seed(self.cfg.eval_seed)
+        return self.task.evaluate(lambda g: self.learner.act(g, 0.0, gen),
+                                  self.cfg.eval_episodes, self.cfg.eval_seed)
+
+    # Checkpoints ----------------------------------------------------------------------
+    @property
+    def checkpoint_path(self) -> str:
+        return os.path.join(self.run_dir, CHECKPOINT)
+
+    def state_dict(self) -> dict:
+        return {"version": CHECKPOINT_VERSION, "config": self.config, "samples": self.samples,
+                "updates": self.updates, "samples_to_success": self.samples_to_success,
+                "last_eval": dict(self.last_eval), "learner": self.learner.state_dict(),
+                "buffer": self.buffer.state_dict(), "task": self.task.state_dict(),
+                "collect_gen": self.collect_gen.get_state(),
+                "sample_gen": self.sample_gen.get_state(),
+                "ep_return": self.ep_return.clone(), "ep_length": self.ep_length.clone()}
+
+    def save(self) -> None:
+        atomic_save(self.state_dict(), self.checkpoint_path)
+
+    def load(self, path: Optional[str] = None) -> None:
+        state = load_checkpoint(path or self.checkpoint_path)
+        if self.config and comparable(state["config"]) != comparable(self.config):
+            raise ValueError(f"the checkpoint at {path or self.checkpoint_path} was made with a "
+                             f"different config")
+        self.learner.load_state_dict(state["learner"])
+        self.buffer.load_state_dict(state["buffer"])
+        self.task.load_state_dict(state["task"])
+        self.collect_gen.set_state(state["collect_gen"])
+        self.sample_gen.set_state(state["sample_gen"])
+        self.samples, self.updates = state["samples"], state["updates"]
+        self.samples_to_success = state["samples_to_success"]
+        self.last_eval = state["last_eval"]
+        self.ep_return, self.ep_length = state["ep_return"], state["ep_length"]
+
+    # The loop -------------------------------------------------------------------------
+    def train(self, resume: bool = False) -> Dict[str, float]:
+        cfg = self.cfg
+        if resume:
+            self.load()
+        self.logger = Logger(self.run_dir, resume_step=self.samples if resume else None)
+        bar = None
+        if cfg.progress:
+            from tqdm import tqdm
+
+            bar = tqdm(total=cfg.total_samples, initial=self.samples, unit="step",
+                       dynamic_ncols=True)
+        start, start_samples = time.perf_counter(), self.samples
+        last_ckpt = self.samples
+        try:
+            while self.samples < cfg.total_samples and not (cfg.stop_on_success and
+                                                           self.samples_to_success is not None):
+                before = self.samples
+                t0 = time.perf_counter()
+                metrics = self.collect()
+                t1 = time.perf_counter()
+                metrics.update(self.learn())
+                metrics["env_steps_per_s"] = (self.samples - before) / max(t1 - t0, 1e-9)
+                metrics["updates"] = self.updates
+                self.logger.log("train", self.samples, metrics)
+                if cfg.eval_every and self.samples // cfg.eval_every > before // cfg.eval_every:
+                    self.last_eval = self.evaluate()
+                    if self.last_eval.get("success_rate") == 1.0 and self.samples_to_success is None:
+                        self.samples_to_success = self.samples
+                    self.logger.log("eval", self.samples, self.last_eval)
+                if bar is not None:
+                    bar.update(self.samples - before)
+                    bar.set_postfix(loss=metrics.get("td_loss", float("nan")),
+                                    eps=metrics["epsilon"],
+                                    success=self.last_eval.get("success_rate", float("nan")),
+                                    gap=self.last_eval.get("steps_gap", float("nan")),
+                                    refresh=False)
+                if cfg.checkpoint_every and self.samples - last_ckpt >= cfg.checkpoint_every:
+                    self.save()
+                    last_ckpt = self.samples
+                if cfg.halt_after and self.samples >= cfg.halt_after:
+                    raise Halted(f"halted after {self.samples} samples (train.halt_after)")
+            self.save()
+        finally:
+            if bar is not None:
+                bar.close()
+            self.logger.close()
+        wall = time.perf_counter() - start
+        return {"samples": self.samples, "updates": self.updates,
+                "samples_to_success": self.samples_to_success, "wall_s": wall,
+                "env_steps_per_s": (self.samples - start_samples) / max(wall, 1e-9),
+                **{f"eval_{k}": v for k, v in self.last_eval.items()}}
+
+
+#: Config keys that may differ between a run and its resumption.
+RESUMABLE_KEYS = ("halt_after", "progress")
+
+
+def comparable(config: dict) -> dict:
+    """The config without the keys a resumed run may change."""
+    out = {k: v for k, v in config.items() if k != "train"}
+    out["train"] = {k: v for k, v in config.get("train", {}).items() if k not in RESUMABLE_KEYS}
+    return out
+
+
+def load_checkpoint(path: str) -> dict:
+    """Load a checkpoint safely (``weights_only=True``) with a clear error."""
+    if not os.path.exists(path):
+        raise ValueError(f"no checkpoint at {path}")
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:  # corrupt file or not a checkpoint
+        raise ValueError(f"cannot read the checkpoint {path}: {e}") from None
+    if not isinstance(state, dict) or state.get("version") != CHECKPOINT_VERSION:
+        raise ValueError(f"{path} is not an acegnn checkpoint of version {CHECKPOINT_VERSION}")
+    return state

@@ -1,0 +1,4 @@
+"""Replay storage."""
+from acegnn.buffers.replay import ReplayBuffer, ReplaySample
+
+__all__ = ["ReplayBuffer", "ReplaySample"]

@@ -1,0 +1,104 @@
+"""Command line: ``acegnn train | eval | oracle``."""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from typing import Optional, Sequence
+
+from omegaconf import OmegaConf
+
+
+def _run_dir(cfg) -> str:
+    name = cfg.run.name or (f"{cfg.env.name}_{cfg.algo.name}_seed{cfg.seed}_"
+                            f"{time.strftime('%Y%m%d-%H%M%S')}")
+    return os.path.join(cfg.run.dir, name)
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    from acegnn.algos.trainer import CHECKPOINT, Trainer
+    from acegnn.config import load_config, make_learner, make_task, to_dict, to_yaml
+
+    if args.resume:
+        run_dir = args.resume
+        path = os.path.join(run_dir, "config.yaml")
+        if not os.path.exists(path):
+            raise ValueError(f"{run_dir} has no config.yaml; is it a run directory?")
+        cfg = load_config(path, ["train.halt_after=0", *args.overrides])
+    else:
+        if args.config is None:
+            raise ValueError("give a CONFIG file or --resume RUN_DIR")
+        cfg = load_config(args.config, args.overrides)
+        run_dir = _run_dir(cfg)
+        if os.path.exists(os.path.join(run_dir, CHECKPOINT)):
+            raise ValueError(f"{run_dir} already holds a run; resume it with --resume {run_dir} "
+                             f"or choose another run.name")
+        os.makedirs(run_dir, exist_ok=True)
+        with open(os.path.join(run_dir, "config.yaml"), "w") as f:
+            f.write(to_yaml(cfg))
+    task = make_task(cfg)
+    learner = make_learner(cfg, task.schema)
+    trainer = Trainer(task, learner, cfg.train, cfg.seed, run_dir, to_dict(cfg))
+    print(f"run directory: {run_dir}", file=sys.stderr)
+    summary = trainer.train(resume=bool(args.resume))
+    print(json.dumps(summary))
+    return 0
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    from acegnn.algos.trainer import CHECKPOINT, load_checkpoint
+    from acegnn.config import from_dict, make_learner, make_task
+
+    path = args.run if args.run.endswith(".pt") else os.path.join(args.run, CHECKPOINT)
+    state = load_checkpoint(path)
+    cfg = from_dict(state["config"])
+    task = make_task(cfg)
+    learner = make_learner(cfg, task.schema)
+    learner.load_state_dict(state["learner"])
+    import torch
+
+    gen = torch.Generator().manual_seed(args.seed)
+    result = task.evaluate(lambda g: learner.act(g, 0.0, gen), args.episodes, args.seed)
+    print(json.dumps({"checkpoint": path, "samples": state["samples"], **result}))
+    return 0
+
+
+def cmd_oracle(args: argparse.Namespace) -> int:
+    from acegnn.envs.oracle import summary
+
+    print(json.dumps(summary(args.grid, args.horizon)))
+    return 0
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    p = argparse.ArgumentParser(prog="acegnn", description=__doc__)
+    sub = p.add_subparsers(dest="command", required=True)
+    t = sub.add_parser("train", help="train from a YAML config (+ key=value overrides)")
+    t.add_argument("config", nargs="?", help="YAML file under configs/")
+    t.add_argument("overrides", nargs="*", help="key=value, e.g. algo.lr=1e-3 env.grid_size=7")
+    t.add_argument("--resume", metavar="RUN_DIR", help="continue a run from its checkpoint")
+    t.set_defaults(fn=cmd_train)
+    e = sub.add_parser("eval", help="greedy test episodes of a run's checkpoint")
+    e.add_argument("run", help="run directory or checkpoint file")
+    e.add_argument("--episodes", type=int, default=32)
+    e.add_argument("--seed", type=int, default=2024)
+    e.set_defaults(fn=cmd_eval)
+    o = sub.add_parser("oracle", help="exact optimum of Spiders-and-Fly")
+    o.add_argument("--grid", type=int, default=5)
+    o.add_argument("--horizon", type=int, default=10)
+    o.set_defaults(fn=cmd_oracle)
+    args = p.parse_args(argv)
+    if args.command == "train" and args.config and "=" in args.config:
+        args.overrides.insert(0, args.config)  # `acegnn train --resume R key=value`
+        args.config = None
+    try:
+        return args.fn(args)
+    except ValueError as e:
+        print(f"acegnn: error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,161 @@
+"""Spiders-and-Fly as a graph task (paper Appendix, Table "Input Feature").
+
+Nodes: two ``spider`` units (the agents) and one ``fly``; node features are the unit
+id one-hot (spider 0, spider 1, fly) and the position scaled to ``[0, 1]``. Every
+ordered pair of units is an edge whose features are the distance on the two axes,
+``(dst - src) / (N - 1)``. Actions stay/up/down/left/right only have an active
+embedding (no target unit).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Callable, Dict, Optional
+
+import torch
+from torch import Tensor
+from torch_geometric.data import Batch
+
+from acegnn.envs.base import Transition, VecTask
+from acegnn.envs.oracle import OracleSolution, solve
+from acegnn.envs.spiders_fly import ACTION_NAMES, SpidersFlyEnv, action_mask_for, cell_coords
+from acegnn.graph import ActionKind, GraphSchema, dense_actions
+from acegnn.graph.dense import dense_batch
+
+NODE_FEATURES = 5  # id one-hot (3) + (row, col) / (N - 1)
+EDGE_FEATURES = 2
+EDGES = {
+    ("spider", "near", "spider"): torch.tensor([[0, 1], [1, 0]]),
+    ("spider", "near", "fly"): torch.tensor([[0, 1], [0, 0]]),
+    ("fly", "near", "spider"): torch.tensor([[0, 0], [0, 1]]),
+}
+
+
+@lru_cache(maxsize=None)
+def spiders_fly_schema() -> GraphSchema:
+    return GraphSchema(
+        node_types={"spider": NODE_FEATURES, "fly": NODE_FEATURES},
+        edge_types={et: EDGE_FEATURES for et in EDGES},
+        agent_types=("spider",),
+        action_kinds=tuple(ActionKind(name) for name in ACTION_NAMES),
+    )
+
+
+@lru_cache(maxsize=None)
+def oracle_solution(grid_size: int) -> OracleSolution:
+    """The exact optimal policy of a grid, solved once per process."""
+    return solve(grid_size)
+
+
+def spiders_fly_graphs(positions: Tensor, grid_size: int) -> Batch:
+    """Graph batch of positions ``[B, 3, 2]`` (spider 0, spider 1, fly)."""
+    schema = spiders_fly_schema()
+    B = positions.size(0)
+    pos = positions.float() / (grid_size - 1)  # [B, 3, 2]
+    ids = torch.eye(3).expand(B, 3, 3)
+    feats = torch.cat([ids, pos], dim=-1)  # [B, 3, 5]
+    x = {"spider": feats[:, :2], "fly": feats[:, 2:]}
+    unit = {"spider": pos[:, :2], "fly": pos[:, 2:]}
+    edge_attr = {et: unit[et[2]][:, ei[1]] - unit[et[0]][:, ei[0]] for et, ei in EDGES.items()}
+    mask = action_mask_for(positions.long(), grid_size)  # [B, 2, 5]
+    actions = dense_actions(schema, "spider", torch.arange(len(ACTION_NAMES)),
+                            torch.ones(2, len(ACTION_NAMES), dtype=torch.bool))
+    return dense_batch(schema, x, EDGES, edge_attr, actions, mask.reshape(B, -1))
+
+
+class SpidersFlyTask(VecTask):
+    """:class:`~acegnn.envs.spiders_fly.SpidersFlyEnv` behind the :class:`VecTask` API.
+
+    Args:
+        grid_size (int, optional): Grid side ``N``. (default: :obj:`5`)
+        num_envs (int, optional): Environments stepped together. (default: :obj:`8`)
+        time_limit (int, optional): Episode step limit, ``4 * N`` if :obj:`None`.
+        seed (int, optional): Seed of the environments' generator. (default: :obj:`0`)
+        success_steps (int, optional): Evaluation success means a capture within this
+            many steps. (default: :obj:`10`)
+    """
+
+    n_agents = 2
+
+    def __init__(self, grid_size: int = 5, num_envs: int = 8, time_limit: Optional[int] = None,
+                 seed: int = 0, success_steps: int = 10) -> None:
+        self.env = SpidersFlyEnv(grid_size, num_envs, time_limit, seed)
+        self.success_steps = success_steps
+        self.grid_size, self.num_envs = grid_size, num_envs
+        self.time_limit = self.env.time_limit
+        self.schema = spiders_fly_schema()
+        self.obs_spec = {"positions": ((3, 2), torch.int8)}
+
+    def observe(self) -> Dict[str, Tensor]:
+        return {"positions": self.env.positions}
+
+    def step(self, actions: Tensor) -> Transition:
+        r = self.env.step(actions)
+        return Transition(r.reward, r.terminated, r.truncated, {"positions": r.next_positions})
+
+    def graphs(self, obs: Dict[str, Tensor]) -> Batch:
+        return spiders_fly_graphs(obs["positions"], self.grid_size)
+
+    def evaluate(self, act: Callable[[Batch], Tensor], episodes: int = 32,
+                 seed: int = 0) -> Dict[str, float]:
+        """Greedy test episodes from random valid starts, against the exact oracle.
+
+        Args:
+            act: maps a graph batch to ``[num_agents]`` action ids.
+            episodes: number of test episodes (the paper uses 32).
+            seed: seed of the starts and the fly's moves (same seed, same episodes).
+
+        Returns:
+            ``success_rate`` (capture within ``success_steps``), ``mean_steps`` (a
+            truncated episode counts ``time_limit``), ``oracle_steps`` (the oracle's
+            expected steps from the same starts) and ``steps_gap`` (their difference).
+        """
+        env = SpidersFlyEnv(self.grid_size, episodes, self.time_limit, seed)
+        starts = env.positions
+        steps = torch.zeros(episodes, dtype=torch.long)
+        caught = torch.zeros(episodes, dtype=torch.bool)
+        running = torch.ones(episodes, dtype=torch.bool)
+        for t in range(1, self.time_limit + 1):
+            actions = act(spiders_fly_graphs(env.positions, self.grid_size)).view(episodes, 2)
+            r = env.step(actions.cpu())
+            ended = running & (r.terminated | r.truncated)
+            steps[ended] = t
+            caught |= running & r.terminated
+            running &= ~ended
+            if not bool(running.any()):
+                break
+        oracle = oracle_solution(self.grid_size).expected_steps_at(starts).float()
+        mean_steps = float(steps.float().mean())
+        return {"success_rate": float((caught & (steps <= self.success_steps)).float().mean()),
+                "mean_steps": mean_steps, "oracle_steps": float(oracle.mean()),
+                "steps_gap": mean_steps - float(oracle.mean())}
+
+    def state_dict(self) -> dict:
+        return {"cells": self.env.cells, "t": self.env.t.clone(),
+                "generator": self.env.generator.get_state()}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.env.set_state(cell_coords(state["cells"], self.grid_size), state["t"])
+        self.env.generator.set_state(state["generator"])
+
+    def __repr__(self) -> str:
+        return f"{self.__class__.__name__}(grid_size={self.grid_size}, num_envs={self.num_envs})"
+
+
+@dataclass
+class SpidersFlyConfig:
+    """Spiders-and-Fly task settings."""
+
+    name: str = "spiders_fly"
+    grid_size: int = 5
+    """Grid side N (the paper uses 5 and 7)."""
+    num_envs: int = 8
+    """Environments stepped together while collecting."""
+    time_limit: Optional[int] = None
+    """Episode step limit (truncation, not termination); 4 * grid_size if null."""
+    success_steps: int = 10
+    """An evaluation episode succeeds if the fly is caught within this many steps."""
+
+    def make(self, seed: int) -> "SpidersFlyTask":
+        return SpidersFlyTask(self.grid_size, self.num_envs, self.time_limit, seed,
+                              self.success_steps)

@@ -1,0 +1,62 @@
+"""Run logs: TensorBoard events and one CSV per namespace (``train.csv``, ``eval.csv``)."""
+from __future__ import annotations
+
+import csv
+import os
+from typing import Dict, Optional
+
+from torch.utils.tensorboard import SummaryWriter
+
+
+class Logger:
+    """Writes ``namespace/key`` scalars to TensorBoard and ``<namespace>.csv``.
+
+    Args:
+        run_dir (str): The run directory.
+        resume_step (int, optional): When resuming, rows and events after this step are
+            dropped so that the logs equal those of an uninterrupted run.
+    """
+
+    def __init__(self, run_dir: str, resume_step: Optional[int] = None) -> None:
+        self.run_dir = run_dir
+        self.tb = SummaryWriter(os.path.join(run_dir, "tb"), purge_step=resume_step)
+        self._fields: Dict[str, list] = {}
+        if resume_step is not None:
+            for name in os.listdir(run_dir):
+                if name.endswith(".csv"):
+                    self._truncate(os.path.join(run_dir, name), resume_step)
+
+    @staticmethod
+    def _truncate(path: str, step: int) -> None:
+        with open(path, newline="") as f:
+            rows = list(csv.DictReader(f))
+            fields = list(rows[0]) if rows else None
+        if fields is None:
+            return
+        keep = [r for r in rows if int(r["samples"]) <= step]
+        with open(path + ".tmp", "w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=fields)
+            w.writeheader()
+            w.writerows(keep)
+        os.replace(path + ".tmp", path)
+
+    def log(self, namespace: str, step: int, metrics: Dict[str, float]) -> None:
+        for k, v in metrics.items():
+            self.tb.add_scalar(f"{namespace}/{k}", v, step)
+        path = os.path.join(self.run_dir, f"{namespace}.csv")
+        row = {"samples": step, **metrics}
+        if namespace not in self._fields:
+            if os.path.exists(path) and os.path.getsize(path) > 0:
+                with open(path, newline="") as f:
+                    self._fields[namespace] = next(csv.reader(f))
+            else:
+                self._fields[namespace] = list(row)
+                with open(path, "w", newline="") as f:
+                    csv.writer(f).writerow(self._fields[namespace])
+        with open(path, "a", newline="") as f:
+            csv.DictWriter(f, fieldnames=self._fields[namespace]).writerow(
+                {k: row.get(k, "") for k in self._fields[namespace]})
+
+    def close(self) -> None:
+        self.tb.flush()
+        self.tb.close()
