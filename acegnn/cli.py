@@ -93,11 +93,16 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if args.command == "train" and args.config and "=" in args.config:
         args.overrides.insert(0, args.config)  # `acegnn train --resume R key=value`
         args.config = None
+    from acegnn.algos.trainer import Halted
+
     try:
         return args.fn(args)
     except ValueError as e:
         print(f"acegnn: error: {e}", file=sys.stderr)
         return 2
+    except Halted as e:
+        print(f"acegnn: {e}", file=sys.stderr)
+        return 3
 
 
 if __name__ == "__main__":

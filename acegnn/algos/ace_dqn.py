@@ -148,7 +148,10 @@ class ACEDQN:
     def update(self, graphs: Batch, actions: Tensor, reward: Tensor, terminated: Tensor,
                next_graphs: Batch, generator: Optional[torch.Generator] = None) -> Dict[str, float]:
         """One gradient step on a replayed batch, then the Polyak target update."""
-        td = self.td_targets(graphs, actions, reward, terminated, next_graphs, generator)
+        try:
+            td = self.td_targets(graphs, actions, reward, terminated, next_graphs, generator)
+        except FloatingPointError as e:
+            raise FloatingPointError(f"the TD loss is NaN: {e}") from None
         td_loss = LOSSES[self.cfg.loss](td.value, td.target)
         if not bool(torch.isfinite(td_loss)):
             raise FloatingPointError(f"the TD loss is {float(td_loss)}; stopping before the "
@@ -159,7 +162,7 @@ class ACEDQN:
             self.net.parameters(), self.cfg.grad_clip if self.cfg.grad_clip > 0 else float("inf"))
         self.optimizer.step()
         self.soft_update()
-        return {"td_loss": float(td_loss), "q_mean": float(td.value.mean()),
+        return {"td_loss": td_loss.item(), "q_mean": td.value.detach().mean().item(),
                 "target_mean": float(td.target.mean()), "grad_norm": float(grad_norm)}
 
     @torch.no_grad()

@@ -169,6 +169,9 @@ def sequential_rollout(
         cand_values = cand_values.index_put((c,), v)
         seg = idx.action_agent[c]
         vmax = scatter(v, seg, dim=0, dim_size=n, reduce="max")
+        if bool(torch.isnan(vmax[acting]).any()):
+            raise FloatingPointError("the value network produced NaN values (diverged "
+                                     "parameters or inputs); no action can be chosen")
         pos = torch.arange(c.numel(), device=device)
         is_max = v == vmax[seg]
         first = torch.full((n,), c.numel(), dtype=torch.long, device=device)

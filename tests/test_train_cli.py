@@ -1,0 +1,108 @@
+"""The real entry point on tiny budgets: smoke, determinism, resume, bad input."""
+import csv
+import os
+
+import pytest
+import torch
+
+from acegnn.cli import main
+from acegnn.config import load_config
+
+CONFIG = os.path.join(os.path.dirname(__file__), "..", "configs", "spiders_fly_5x5.yaml")
+TINY = ["train.total_samples=1536", "train.samples_per_collect=256", "train.batch_size=32",
+        "train.updates_per_collect=2", "train.learning_starts=256", "train.eval_every=512",
+        "train.eval_episodes=4", "train.checkpoint_every=512", "train.eps_decay=1000",
+        "train.progress=false", "model.hidden=16", "env.num_envs=8", "train.buffer_size=4096",
+        "train.stop_on_success=false"]
+
+
+def train(tmp_path, name, *extra):
+    return main(["train", CONFIG, *TINY, f"run.dir={tmp_path}", f"run.name={name}", *extra])
+
+
+def read_csv(path, drop=("env_steps_per_s",)):
+    with open(path, newline="") as f:
+        return [{k: v for k, v in row.items() if k not in drop} for row in csv.DictReader(f)]
+
+
+def test_smoke_run_writes_logs_and_checkpoint(tmp_path, capsys):
+    assert train(tmp_path, "a") == 0
+    run = tmp_path / "a"
+    for name in ("config.yaml", "train.csv", "eval.csv", "checkpoint.pt"):
+        assert (run / name).exists(), name
+    assert any(f.startswith("events.out.tfevents") for f in os.listdir(run / "tb"))
+    rows = read_csv(run / "train.csv")
+    assert [int(r["samples"]) for r in rows] == [256 * i for i in range(1, 7)]
+    assert {"td_loss", "epsilon", "episode_return"} <= set(rows[-1])
+    evals = read_csv(run / "eval.csv")
+    assert {"success_rate", "mean_steps", "steps_gap"} <= set(evals[0])
+    assert main(["eval", str(run), "--episodes", "4"]) == 0
+    assert '"success_rate"' in capsys.readouterr().out
+
+
+def test_same_seed_same_logs(tmp_path):
+    assert train(tmp_path, "a") == 0
+    assert train(tmp_path, "b") == 0
+    assert read_csv(tmp_path / "a" / "train.csv") == read_csv(tmp_path / "b" / "train.csv")
+    assert read_csv(tmp_path / "a" / "eval.csv") == read_csv(tmp_path / "b" / "eval.csv")
+    assert train(tmp_path, "c", "seed=1") == 0
+    assert read_csv(tmp_path / "a" / "train.csv") != read_csv(tmp_path / "c" / "train.csv")
+
+
+def test_resume_gives_the_same_result(tmp_path):
+    assert train(tmp_path, "full") == 0
+    assert train(tmp_path, "cut", "train.halt_after=768") == 3  # "killed" after a checkpoint
+    cut = tmp_path / "cut"
+    assert int(read_csv(cut / "train.csv")[-1]["samples"]) == 768
+    assert main(["train", "--resume", str(cut)]) == 0
+    assert read_csv(tmp_path / "full" / "train.csv") == read_csv(cut / "train.csv")
+    assert read_csv(tmp_path / "full" / "eval.csv") == read_csv(cut / "eval.csv")
+    a = torch.load(tmp_path / "full" / "checkpoint.pt", weights_only=True)
+    b = torch.load(cut / "checkpoint.pt", weights_only=True)
+    for k, v in a["learner"]["net"].items():
+        assert torch.equal(v, b["learner"]["net"][k]), k
+
+
+def test_existing_run_is_not_overwritten(tmp_path, capsys):
+    assert train(tmp_path, "a") == 0
+    ckpt = tmp_path / "a" / "checkpoint.pt"
+    before = ckpt.read_bytes()
+    assert train(tmp_path, "a") == 2
+    assert "already holds a run" in capsys.readouterr().err
+    assert ckpt.read_bytes() == before
+
+
+def test_unknown_key_lists_valid_keys(capsys):
+    assert main(["train", CONFIG, "algo.learning_rate=0.1"]) == 2
+    err = capsys.readouterr().err
+    assert "learning_rate" in err and "algo.lr" in err and "train.batch_size" in err
+
+
+def test_wrong_type_and_bad_names():
+    with pytest.raises(ValueError, match="lr"):
+        load_config(CONFIG, ["algo.lr=fast"])
+    with pytest.raises(ValueError, match="unknown env.name"):
+        load_config(CONFIG, ["env.name=starcraft3"])
+    with pytest.raises(ValueError, match="algo.optimizer"):
+        load_config(CONFIG, ["algo.optimizer=sgd9"])
+    with pytest.raises(ValueError, match="not found"):
+        load_config("no/such/file.yaml")
+
+
+def test_eval_rejects_a_bad_checkpoint(tmp_path, capsys):
+    bad = tmp_path / "checkpoint.pt"
+    bad.write_bytes(b"not a checkpoint")
+    assert main(["eval", str(bad)]) == 2
+    assert "cannot read the checkpoint" in capsys.readouterr().err
+
+
+def test_resume_with_a_changed_config_is_refused(tmp_path, capsys):
+    assert train(tmp_path, "a", "train.halt_after=512") == 3
+    assert main(["train", "--resume", str(tmp_path / "a"), "algo.lr=0.1"]) == 2
+    assert "different config" in capsys.readouterr().err
+
+
+def test_oracle_command(capsys):
+    assert main(["oracle", "--grid", "5"]) == 0
+    out = capsys.readouterr().out
+    assert '"capture_within_10": 1.0' in out and '"num_starts": 848' in out
