@@ -117,3 +117,38 @@ def test_missing_types_are_stored_empty_and_batch():
     b = collate([d, random_state(schema, 2, 2)])
     ro = ACENetwork(schema, hidden=8).rollout(b)
     assert ro.actions.shape == (3,)
+
+
+def test_dense_batch_equals_collated_states():
+    from acegnn.graph.dense import dense_batch
+
+    schema = smac_like_schema()
+    g = torch.Generator().manual_seed(3)
+    states = [random_state(schema, 3, 4, g, mask_prob=0.3) for _ in range(5)]
+    ref = collate(states)
+    x = {t: torch.stack([d[t].x for d in states]) for t in schema.node_types}
+    ei = {et: states[0][et].edge_index for et in schema.edge_types}
+    ea = {et: torch.stack([d[et].edge_attr for d in states]) for et in schema.edge_types}
+    table = {k: states[0][ACTION][k] for k in ("kind", "actor_type", "actor", "target_type",
+                                               "target", "slot")}
+    avail = torch.stack([d[ACTION].available for d in states])
+    dense = dense_batch(schema, x, ei, ea, table, avail)
+    for key in list(schema.node_types) + list(schema.edge_types) + [ACTION]:
+        for k, v in ref[key].items():
+            assert torch.equal(dense[key][k], v) if torch.is_tensor(v) else dense[key][k] == v, (key, k)
+    net = ACENetwork(schema, hidden=8)
+    assert torch.equal(net.rollout(dense).candidate_values.nan_to_num(),
+                       net.rollout(ref).candidate_values.nan_to_num())
+
+
+def test_spiders_fly_graph_features():
+    from acegnn.envs.spiders_fly_task import spiders_fly_graphs
+
+    pos = torch.tensor([[[0, 0], [4, 2], [1, 4]]])
+    b = spiders_fly_graphs(pos, 5)
+    assert torch.allclose(b["spider"].x, torch.tensor([[1, 0, 0, 0, 0], [0, 1, 0, 1, 0.5]]))
+    assert torch.allclose(b["fly"].x, torch.tensor([[0, 0, 1, 0.25, 1]]))
+    et = ("spider", "near", "fly")  # distance on the two axes, fly - spider, scaled
+    assert torch.allclose(b[et].edge_attr, torch.tensor([[0.25, 1.0], [-0.75, 0.5]]))
+    avail = b[ACTION].available.view(2, 5)  # stay up down left right
+    assert avail.tolist() == [[True, False, True, False, True], [True, True, False, True, True]]
