@@ -6,6 +6,7 @@ TensorBoard/CSV logs, atomic checkpoints and exact resume.
 from __future__ import annotations
 
 import os
+import sys
 import time
 from dataclasses import dataclass
 from typing import Dict, Optional, Protocol
@@ -210,6 +211,8 @@ class Trainer:
         if resume:
             self.load()
         self.logger = Logger(self.run_dir, resume_step=self.samples if resume else None)
+        print(f"replay buffer: {self.buffer.capacity} transitions, "
+              f"{self.buffer.nbytes / 2**20:.1f} MiB preallocated", file=sys.stderr)
         bar = None
         if cfg.progress:
             from tqdm import tqdm

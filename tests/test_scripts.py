@@ -1,0 +1,39 @@
+"""The benchmark scripts run end to end on tiny settings and write their records."""
+import json
+import os
+import subprocess
+import sys
+
+ROOT = os.path.join(os.path.dirname(__file__), "..")
+
+
+def run(args):
+    return subprocess.run([sys.executable, *args], cwd=ROOT, capture_output=True, text=True,
+                          check=True).stdout
+
+
+def test_bench_rollout_writes_records(tmp_path):
+    out = tmp_path / "r.json"
+    text = run(["scripts/bench_rollout.py", "--sizes", "2x3", "--batches", "2", "--hidden", "8",
+                "--min-time", "0.01", "--naive-budget", "0.1", "--json", str(out)])
+    (rec,) = json.loads(out.read_text())
+    for key in ("agents", "enemies", "batch", "hidden", "efficient_decisions_per_s",
+                "naive_decisions_per_s"):
+        assert key in rec
+    assert (rec["agents"], rec["enemies"], rec["batch"], rec["hidden"]) == (2, 3, 2, 8)
+    assert rec["efficient_decisions_per_s"] > 0 and rec["naive_decisions_per_s"] > 0
+    assert "ratio" in text
+
+
+def test_bench_spiders_writes_records(tmp_path):
+    out = tmp_path / "s.json"
+    text = run(["scripts/bench_spiders.py", "--grids", "5", "--seeds", "0", "--jobs", "1",
+                "--max-samples-5", "512", "--gap-episodes", "4", "--run-dir", str(tmp_path),
+                "--json", str(out), "--", "train.samples_per_collect=256",
+                "train.batch_size=16", "train.updates_per_collect=1", "model.hidden=8",
+                "train.eval_every=256", "train.eval_episodes=2", "train.learning_starts=256"])
+    (rec,) = json.loads(out.read_text())
+    for key in ("grid", "seed", "samples_to_100", "steps_gap", "wall_s"):
+        assert key in rec
+    assert rec["grid"] == 5 and rec["seed"] == 0 and rec["samples"] == 512
+    assert "| 5x5 |" in text
