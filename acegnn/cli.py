@@ -22,6 +22,9 @@ def cmd_train(args: argparse.Namespace) -> int:
     from acegnn.config import load_config, make_learner, make_task, to_dict, to_yaml
 
     if args.resume:
+        if args.config is not None:
+            raise ValueError(f"--resume takes its config from {args.resume}/config.yaml; "
+                             f"do not also give {args.config}")
         run_dir = args.resume
         path = os.path.join(run_dir, "config.yaml")
         if not os.path.exists(path):
@@ -39,7 +42,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         with open(os.path.join(run_dir, "config.yaml"), "w") as f:
             f.write(to_yaml(cfg))
     task = make_task(cfg)
-    learner = make_learner(cfg, task.schema)
+    learner = make_learner(cfg, task)
     trainer = Trainer(task, learner, cfg.train, cfg.seed, run_dir, to_dict(cfg))
     print(f"run directory: {run_dir}", file=sys.stderr)
     summary = trainer.train(resume=bool(args.resume))
@@ -55,7 +58,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     state = load_checkpoint(path)
     cfg = from_dict(state["config"])
     task = make_task(cfg)
-    learner = make_learner(cfg, task.schema)
+    learner = make_learner(cfg, task)
     learner.load_state_dict(state["learner"])
     import torch
 
@@ -103,6 +106,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except Halted as e:
         print(f"acegnn: {e}", file=sys.stderr)
         return 3
+    except (RuntimeError, FloatingPointError) as e:  # e.g. a device that does not exist
+        print(f"acegnn: error: {type(e).__name__}: {e}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

@@ -15,12 +15,14 @@ from omegaconf.errors import OmegaConfBaseException
 
 from acegnn.algos.ace_dqn import ACEDQN, ACEDQNConfig
 from acegnn.algos.trainer import TrainConfig
+from acegnn.algos.value_decomposition import (METHODS, ValueDecomposition,
+                                              ValueDecompositionConfig)
 from acegnn.envs.spiders_fly_task import SpidersFlyConfig
 from acegnn.nn.ace import ModelConfig
 
 ENVS: Dict[str, type] = {"spiders_fly": SpidersFlyConfig}
-ALGOS: Dict[str, type] = {"ace_dqn": ACEDQNConfig}
-LEARNERS: Dict[str, type] = {"ace_dqn": ACEDQN}
+ALGOS: Dict[str, type] = {"ace_dqn": ACEDQNConfig, **{m: ValueDecompositionConfig for m in METHODS}}
+LEARNERS: Dict[str, type] = {"ace_dqn": ACEDQN, **{m: ValueDecomposition for m in METHODS}}
 
 
 @dataclass
@@ -80,6 +82,8 @@ def load_config(path: Optional[str] = None, overrides: Sequence[str] = ()) -> Ex
     try:
         merged = OmegaConf.merge(OmegaConf.structured(default), raw)
         cfg = OmegaConf.to_object(merged)
+    except ValueError as e:  # a component's own check (__post_init__)
+        raise ValueError(f"invalid config: {e}") from None
     except OmegaConfBaseException as e:
         msg = str(e).splitlines()[0]
         raise ValueError(f"invalid config: {msg}\nvalid keys: {', '.join(_valid_keys(default))}") from None
@@ -107,9 +111,12 @@ def make_task(cfg: ExperimentConfig):
     return cfg.env.make(cfg.seed)
 
 
-def make_learner(cfg: ExperimentConfig, schema):
+def make_learner(cfg: ExperimentConfig, task):
     """The learner of an experiment (network initialised from ``cfg.seed``)."""
+    example = task.graphs(task.observe())
+    schema = task.schema
     import torch
 
     torch.manual_seed(cfg.seed)
-    return LEARNERS[cfg.algo.name](schema, cfg.algo, cfg.model, cfg.train.device)
+    return LEARNERS[cfg.algo.name](schema, cfg.algo, cfg.model, cfg.train.device,
+                                   example=example)

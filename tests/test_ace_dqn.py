@@ -118,3 +118,20 @@ def test_mismatched_checkpoint():
     b = ACEDQN(spiders_fly_schema(), ACEDQNConfig(), ModelConfig(hidden=32))
     with pytest.raises(ValueError, match="does not match"):
         b.load_state_dict(a.state_dict())
+
+
+def test_next_state_without_agents_bootstraps_from_its_bare_value():
+    from acegnn.envs.synthetic import random_state, smac_like_schema
+    from acegnn.graph import collate
+
+    schema = smac_like_schema()
+    g = torch.Generator().manual_seed(0)
+    s = collate([random_state(schema, 2, 2, g), random_state(schema, 3, 2, g)])
+    s2 = collate([random_state(schema, 0, 2, g), random_state(schema, 3, 2, g)])
+    torch.manual_seed(0)
+    lrn = ACEDQN(schema, ACEDQNConfig(gamma=0.5), ModelConfig(hidden=8))
+    actions = torch.zeros(5, dtype=torch.long)
+    td = lrn.td_targets(s, actions, torch.tensor([1.0, 2.0]), torch.tensor([False, False]), s2)
+    assert torch.isfinite(td.target).all()
+    bare = lrn.target_net.value(lrn.target_net.encode(s2).units, lrn.target_net.encode(s2))
+    assert torch.allclose(td.target[1], 1.0 + 0.5 * bare[0])  # last agent of graph 0

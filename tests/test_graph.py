@@ -152,3 +152,39 @@ def test_spiders_fly_graph_features():
     assert torch.allclose(b[et].edge_attr, torch.tensor([[0.25, 1.0], [-0.75, 0.5]]))
     avail = b[ACTION].available.view(2, 5)  # stay up down left right
     assert avail.tolist() == [[True, False, True, False, True], [True, True, False, True, True]]
+
+
+def test_replay_buffer_wraps_and_checks_shapes():
+    from acegnn.buffers import ReplayBuffer
+
+    buf = ReplayBuffer(4, {"p": ((2,), torch.int8)}, n_agents=2)
+    for i in range(3):  # 6 rows into 4 slots: rows 2..5 remain
+        obs = {"p": torch.full((2, 2), 2 * i).add(torch.arange(2).view(2, 1))}
+        buf.add(obs, torch.zeros(2, 2, dtype=torch.long), torch.arange(2.0) + 2 * i,
+                torch.zeros(2, dtype=torch.bool), obs)
+    assert len(buf) == 4 and sorted(buf.reward.tolist()) == [2.0, 3.0, 4.0, 5.0]
+    big = {"p": torch.arange(6).view(6, 1).expand(6, 2)}  # more rows than capacity
+    buf.add(big, torch.zeros(6, 2, dtype=torch.long), torch.arange(6.0),
+            torch.zeros(6, dtype=torch.bool), big)
+    assert sorted(buf.reward.tolist()) == [2.0, 3.0, 4.0, 5.0] and len(buf) == 4
+    assert sorted(buf.obs["p"][:, 0].tolist()) == [2, 3, 4, 5]
+    with pytest.raises(ValueError, match="obs\\['p'\\]"):
+        buf.add({"p": torch.zeros(2, 3)}, torch.zeros(2, 2, dtype=torch.long), torch.zeros(2),
+                torch.zeros(2, dtype=torch.bool), {"p": torch.zeros(2, 3)})
+    with pytest.raises(ValueError, match="NaN"):
+        buf.add(big, torch.zeros(6, 2, dtype=torch.long), torch.full((6,), float("nan")),
+                torch.zeros(6, dtype=torch.bool), big)
+
+
+def test_logger_widens_columns(tmp_path):
+    from acegnn.utils.logger import Logger
+    import csv
+
+    log = Logger(str(tmp_path))
+    log.log("train", 1, {"epsilon": 1.0})
+    log.log("train", 2, {"epsilon": 0.9, "td_loss": 0.5})
+    log.close()
+    with open(tmp_path / "train.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert rows == [{"samples": "1", "epsilon": "1.0", "td_loss": ""},
+                    {"samples": "2", "epsilon": "0.9", "td_loss": "0.5"}]

@@ -244,3 +244,18 @@ def test_naive_batched_rollout_agrees(pool):
         slow = naive_rollout(net, b, order=rank, max_edges=40)  # several chunks per step
     assert torch.equal(fast.candidate_values.isnan(), slow.isnan())
     assert torch.allclose(fast.candidate_values.nan_to_num(), slow.nan_to_num(), atol=1e-5)
+
+
+@pytest.mark.parametrize("pool", ["mean", "max"])
+def test_action_targeting_its_own_actor(pool):
+    """Self-heal: both messages land on the actor row."""
+    torch.manual_seed(0)
+    schema, states = make_states(seed=13, mask_prob=0.0, sizes=[(3, 2), (2, 1)])
+    for d in states:  # make heal-self available
+        store = d[ACTION]
+        self_heal = (store.kind == schema.kind_index("heal")) & (store.target == store.actor)
+        store.available[self_heal] = True
+    net = ACENetwork(schema, hidden=16, pool=pool)
+    ro = net.rollout(collate(states), order="random", epsilon=0.5,
+                     generator=torch.Generator().manual_seed(4))
+    assert max_error_against_reference(net, states, ro) < 1e-5

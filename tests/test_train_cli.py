@@ -106,3 +106,13 @@ def test_oracle_command(capsys):
     assert main(["oracle", "--grid", "5"]) == 0
     out = capsys.readouterr().out
     assert '"capture_within_10": 1.0' in out and '"num_starts": 848' in out
+
+
+def test_component_checks_at_load_time(tmp_path):
+    with pytest.raises(ValueError, match="model.pool"):
+        load_config(CONFIG, ["model.pool=median"])
+    with pytest.raises(ValueError, match="env.grid_size"):
+        load_config(CONFIG, ["env.grid_size=2"])
+    with pytest.raises(ValueError, match="train.eval_every"):
+        load_config(CONFIG, ["train.eval_every=-1"])
+    assert not list(tmp_path.iterdir())

@@ -17,64 +17,36 @@ maximising action and the target network values it.
 """
 from __future__ import annotations
 
-import copy
 from dataclasses import dataclass
 from typing import Dict, NamedTuple, Optional
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 from torch_geometric.data import Batch
 
+from acegnn.algos.base import QLearner, QLearningConfig
 from acegnn.graph.schema import GraphSchema
 from acegnn.nn.ace import ACENetwork, ModelConfig
 from acegnn.nn.rollout import Rollout
 
-OPTIMIZERS = {"adam": torch.optim.Adam, "rmsprop": torch.optim.RMSprop}
-LOSSES = {"mse": F.mse_loss, "huber": F.smooth_l1_loss}
 ORDERS = ("default", "random")
 
 
 @dataclass
-class ACEDQNConfig:
+class ACEDQNConfig(QLearningConfig):
     """Hyper-parameters of ACE-DQN (defaults: the paper's Spiders-and-Fly table)."""
 
     name: str = "ace_dqn"
-    lr: float = 5e-4
-    """Learning rate."""
-    optimizer: str = "adam"
-    """``adam`` or ``rmsprop``."""
-    weight_decay: float = 0.0
-    """L2 weight decay of the optimiser."""
-    grad_clip: float = 10.0
-    """Max gradient norm (0 turns clipping off)."""
-    gamma: float = 0.99
-    """Discount per environment step."""
     intermediate_discount: bool = True
     """Discount between SE-states of one step as in Eq. 1 (False: no discount there)."""
-    double_q: bool = False
-    """Online network selects, target network evaluates."""
-    target_theta: float = 0.02
-    """Polyak momentum of the target network, applied after every update."""
-    loss: str = "mse"
-    """``mse`` or ``huber``."""
     order: str = "default"
     """Agent order: ``default`` (fixed) or ``random`` (shuffled per sample, for both
     collection and training)."""
 
     def __post_init__(self) -> None:
-        if self.optimizer not in OPTIMIZERS:
-            raise ValueError(f"algo.optimizer must be one of {sorted(OPTIMIZERS)} (got {self.optimizer!r})")
-        if self.loss not in LOSSES:
-            raise ValueError(f"algo.loss must be one of {sorted(LOSSES)} (got {self.loss!r})")
+        super().__post_init__()
         if self.order not in ORDERS:
             raise ValueError(f"algo.order must be one of {list(ORDERS)} (got {self.order!r})")
-        for key in ("gamma", "target_theta"):
-            v = getattr(self, key)
-            if not 0.0 <= v <= 1.0:
-                raise ValueError(f"algo.{key} must be in [0, 1] (got {v})")
-        if self.lr <= 0:
-            raise ValueError(f"algo.lr must be positive (got {self.lr})")
 
 
 class TDTargets(NamedTuple):
@@ -85,7 +57,7 @@ class TDTargets(NamedTuple):
     online: Rollout  # teacher-forced online rollout on s
 
 
-class ACEDQN:
+class ACEDQN(QLearner):
     """The ACE-DQN learner: value network, target network, optimiser.
 
     Args:
@@ -96,14 +68,8 @@ class ACEDQN:
     """
 
     def __init__(self, schema: GraphSchema, cfg: ACEDQNConfig, model: ModelConfig,
-                 device="cpu") -> None:
-        self.cfg, self.device = cfg, torch.device(device)
-        self.net = ACENetwork.from_config(schema, model).to(self.device)
-        self.target_net = copy.deepcopy(self.net)
-        for p in self.target_net.parameters():
-            p.requires_grad_(False)
-        self.optimizer = OPTIMIZERS[cfg.optimizer](
-            self.net.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+                 device="cpu", example: Optional[Batch] = None) -> None:
+        super().__init__(ACENetwork.from_config(schema, model), cfg, device)
         self._checked = False  # inputs are validated until one batch has passed
 
     def _check(self) -> bool:
@@ -134,21 +100,28 @@ class ACEDQN:
         check = self._check()
         online = self.net.rollout(graphs, order=cfg.order, actions=actions, generator=generator,
                                   check=check)
+        if online.rank.numel() == 0:
+            raise ValueError("no state of the batch has an agent: nothing to learn from")
         with torch.no_grad():
             target = self.target_net.rollout(graphs, order=online.rank, actions=actions,
                                              check=False)
             next_t = self.target_net.rollout(next_graphs, order=cfg.order, max_steps=1,
                                              generator=generator, check=check)
             nxt = online.next_agent.clamp(min=0)
-            first = next_t.first_agent[online.encoded.index.agent_batch]  # s' agent 1 per agent
+            b = online.encoded.index.agent_batch
+            first = next_t.first_agent[b]  # the first agent of s', per agent of s
+            has_first = first >= 0
+            first = first.clamp(min=0)
             if cfg.double_q:
                 next_o = self.net.rollout(next_graphs, order=next_t.rank, max_steps=1, check=False)
                 inner = target.candidate_values[online.greedy_ids[nxt]]
-                boot = next_t.candidate_values[next_o.greedy_ids[first]]
+                boot = next_t.candidate_values[next_o.greedy_ids[first]] if next_t.rank.numel() else None
             else:
                 inner = target.max_value[nxt]
-                boot = next_t.max_value[first]
-            b = online.encoded.index.agent_batch
+                boot = next_t.max_value[first] if next_t.rank.numel() else None
+            # s' without agents (every unit gone): bootstrap from V'(s') of the bare state
+            bare = self.target_net.value(next_t.final_units, next_t.encoded)[b]
+            boot = bare if boot is None else torch.where(has_first, boot, bare)
             reward, terminated = reward.to(self.device), terminated.to(self.device)
             last = reward[b] + cfg.gamma * (~terminated[b]).to(boot.dtype) * boot
             gamma_se = cfg.gamma if cfg.intermediate_discount else 1.0
@@ -162,35 +135,7 @@ class ACEDQN:
             td = self.td_targets(graphs, actions, reward, terminated, next_graphs, generator)
         except FloatingPointError as e:
             raise FloatingPointError(f"the TD loss is NaN: {e}") from None
-        td_loss = LOSSES[self.cfg.loss](td.value, td.target)
-        if not bool(torch.isfinite(td_loss)):
-            raise FloatingPointError(f"the TD loss is {float(td_loss)}; stopping before the "
-                                     f"network is corrupted (lower algo.lr or check rewards)")
-        self.optimizer.zero_grad(set_to_none=True)
-        td_loss.backward()
-        grad_norm = torch.nn.utils.clip_grad_norm_(
-            self.net.parameters(), self.cfg.grad_clip if self.cfg.grad_clip > 0 else float("inf"))
-        self.optimizer.step()
-        self.soft_update()
+        td_loss = self.td_loss(td.value, td.target)
+        grad_norm = self.step(td_loss)
         return {"td_loss": td_loss.item(), "q_mean": td.value.detach().mean().item(),
-                "target_mean": float(td.target.mean()), "grad_norm": float(grad_norm)}
-
-    @torch.no_grad()
-    def soft_update(self) -> None:
-        theta = self.cfg.target_theta
-        for p, tp in zip(self.net.parameters(), self.target_net.parameters()):
-            tp.lerp_(p, theta)
-
-    # Checkpointing --------------------------------------------------------------------
-    def state_dict(self) -> dict:
-        return {"net": self.net.state_dict(), "target_net": self.target_net.state_dict(),
-                "optimizer": self.optimizer.state_dict()}
-
-    def load_state_dict(self, state: dict) -> None:
-        try:
-            self.net.load_state_dict(state["net"])
-            self.target_net.load_state_dict(state["target_net"])
-        except RuntimeError as e:
-            raise ValueError(f"the checkpoint does not match this model: {e}") from None
-        if "optimizer" in state:
-            self.optimizer.load_state_dict(state["optimizer"])
+                "target_mean": td.target.mean().item(), "grad_norm": grad_norm}

@@ -64,6 +64,10 @@ class TrainConfig:
                     "eval_episodes"):
             if getattr(self, key) <= 0:
                 raise ValueError(f"train.{key} must be positive (got {getattr(self, key)})")
+        for key in ("updates_per_collect", "learning_starts", "eps_decay", "eval_every",
+                    "checkpoint_every", "halt_after"):
+            if getattr(self, key) < 0:
+                raise ValueError(f"train.{key} must be >= 0 (got {getattr(self, key)})")
         if not 0 <= self.eps_end <= 1 or not 0 <= self.eps_start <= 1:
             raise ValueError(f"train.eps_start/eps_end must be in [0, 1] "
                              f"(got {self.eps_start}, {self.eps_end})")

@@ -59,6 +59,22 @@ class ReplayBuffer:
         n = actions.size(0)
         if not bool(torch.isfinite(reward).all()):
             raise ValueError("reward has NaN or infinite values; refusing to store them")
+        if actions.shape != (n, self.n_agents) or reward.shape != (n,) or terminated.shape != (n,):
+            raise ValueError(f"expected actions [{n}, {self.n_agents}], reward and terminated [{n}] "
+                             f"(got {tuple(actions.shape)}, {tuple(reward.shape)}, "
+                             f"{tuple(terminated.shape)})")
+        for k, (shape, _) in self.obs_spec.items():
+            for name, o in (("obs", obs), ("next_obs", next_obs)):
+                if k not in o or tuple(o[k].shape) != (n, *shape):
+                    raise ValueError(f"{name}['{k}'] must have shape {(n, *shape)} "
+                                     f"(got {tuple(o[k].shape) if k in o else 'nothing'})")
+        if n > self.capacity:  # only the newest rows fit
+            keep = slice(n - self.capacity, n)
+            obs = {k: v[keep] for k, v in obs.items()}
+            next_obs = {k: v[keep] for k, v in next_obs.items()}
+            actions, reward, terminated = actions[keep], reward[keep], terminated[keep]
+            self.pos = (self.pos + n - self.capacity) % self.capacity
+            n = self.capacity
         idx = (self.pos + torch.arange(n)) % self.capacity
         for k in self.obs:
             self.obs[k][idx] = obs[k].to(self.obs[k].dtype).cpu()

@@ -156,6 +156,13 @@ class SpidersFlyConfig:
     success_steps: int = 10
     """An evaluation episode succeeds if the fly is caught within this many steps."""
 
+    def __post_init__(self) -> None:
+        if self.grid_size < 3 or self.num_envs < 1 or self.success_steps < 1:
+            raise ValueError(f"env.grid_size must be >= 3, env.num_envs and env.success_steps "
+                             f">= 1 (got {self.grid_size}, {self.num_envs}, {self.success_steps})")
+        if self.time_limit is not None and self.time_limit < 1:
+            raise ValueError(f"env.time_limit must be >= 1 or null (got {self.time_limit})")
+
     def make(self, seed: int) -> "SpidersFlyTask":
         return SpidersFlyTask(self.grid_size, self.num_envs, self.time_limit, seed,
                               self.success_steps)

@@ -33,6 +33,18 @@ class ModelConfig:
     layers: int = 1
     """Depth of every encoder MLP (1: the paper's single fc + ReLU)."""
 
+    def __post_init__(self) -> None:
+        from acegnn.nn.unit_encoder import UNIT_CONVS
+        from acegnn.nn.value_head import POOLS
+
+        if self.hidden <= 0 or self.layers <= 0:
+            raise ValueError(f"model.hidden and model.layers must be positive "
+                             f"(got {self.hidden}, {self.layers})")
+        if self.conv not in UNIT_CONVS:
+            raise ValueError(f"model.conv must be one of {sorted(UNIT_CONVS)} (got {self.conv!r})")
+        if self.pool not in POOLS:
+            raise ValueError(f"model.pool must be one of {sorted(POOLS)} (got {self.pool!r})")
+
 
 class ACENetwork(nn.Module):
     r"""V of sequentially expanded states, built from a :class:`GraphSchema`.

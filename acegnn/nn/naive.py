@@ -41,7 +41,8 @@ def replicate(batch: Batch, graphs: Tensor) -> Batch:
     B = int(batch.num_graphs)
     for t in batch.node_types:
         store = batch[t]
-        ptr = store.ptr if "ptr" in store else torch.zeros(B + 1, dtype=torch.long)
+        ptr = store.ptr if "ptr" in store else torch.zeros(B + 1, dtype=torch.long,
+                                                            device=graphs.device)
         ids, new_ptr, owner = _segments(ptr, graphs)
         for key, value in store.items():
             if key in ("batch", "ptr", "num_nodes"):
@@ -53,7 +54,7 @@ def replicate(batch: Batch, graphs: Tensor) -> Batch:
         s, _, d = et
         ei, ea = batch[et].edge_index, batch[et].edge_attr
         edge_graph = batch[s].batch[ei[0]] if ei.numel() else ei.new_zeros(0)
-        eptr = torch.zeros(B + 1, dtype=torch.long)
+        eptr = torch.zeros(B + 1, dtype=torch.long, device=graphs.device)
         eptr[1:] = torch.bincount(edge_graph, minlength=B).cumsum(0)
         ids, _, owner = _segments(eptr, graphs)
         g = graphs[owner]
@@ -85,13 +86,14 @@ def naive_rollout(net: "ACENetwork", data: Union[HeteroData, Batch],
     idx = unit_index(net.schema, batch)
     rank = agent_ranks(idx, order)
     A = idx.action_kind.numel()
-    values = torch.full((A,), float("nan"))
+    device = idx.agents.device
+    values = torch.full((A,), float("nan"), device=device)
     action_ptr = batch[ACTION].ptr
     num_edges = sum(batch[et].edge_index.size(1) for et in batch.edge_types)
     edges_per_graph = max(1, num_edges // max(1, idx.num_graphs))
     chunk = max(1, max_edges // edges_per_graph)
     steps = int(rank.max()) + 1 if idx.num_agents else 0
-    chosen = torch.full((idx.num_graphs, steps), -1, dtype=torch.long)  # action rows so far
+    chosen = torch.full((idx.num_graphs, steps), -1, dtype=torch.long, device=device)  # action rows so far
     for k in range(steps):
         cand = (idx.action_available & (rank[idx.action_agent] == k)).nonzero().view(-1)
         for part in cand.split(chunk):
@@ -105,9 +107,10 @@ def naive_rollout(net: "ACENetwork", data: Union[HeteroData, Batch],
         # greedy choice per acting agent: the first maximum, as the efficient rollout
         seg = idx.action_agent[cand]
         v = values[cand]
-        vmax = torch.full((idx.num_agents,), float("-inf")).scatter_reduce(0, seg, v, reduce="amax")
-        pos = torch.arange(cand.numel())
-        first = torch.full((idx.num_agents,), cand.numel()).scatter_reduce(
+        vmax = torch.full((idx.num_agents,), float("-inf"), device=device).scatter_reduce(
+            0, seg, v, reduce="amax")
+        pos = torch.arange(cand.numel(), device=device)
+        first = torch.full((idx.num_agents,), cand.numel(), device=device).scatter_reduce(
             0, seg, torch.where(v == vmax[seg], pos, cand.numel()), reduce="amin")
         acting = seg.unique()
         chosen[idx.agent_batch[acting], k] = cand[first[acting]]

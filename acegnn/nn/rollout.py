@@ -67,7 +67,8 @@ def agent_ranks(index: UnitIndex, order: Union[str, Tensor] = "default",
         return local
     if order == "random":
         noise = torch.rand(n, generator=generator, device="cpu").to(device)
-        perm = torch.argsort(index.agent_batch.to(noise.dtype) * 2 + noise)  # shuffle within graph
+        perm = torch.argsort(noise)  # a uniform shuffle, then grouped by graph (stable)
+        perm = perm[torch.argsort(index.agent_batch[perm], stable=True)]
         rank = torch.empty_like(local)
         rank[perm] = local  # perm is graph-major, so local positions are ranks
         return rank
@@ -176,6 +177,10 @@ def sequential_rollout(
         is_max = v == vmax[seg]
         first = torch.full((n,), c.numel(), dtype=torch.long, device=device)
         first = first.scatter_reduce(0, seg, torch.where(is_max, pos, c.numel()), reduce="amin")
+        if bool((first[acting] >= c.numel()).any()):
+            i = int(acting[first[acting] >= c.numel()][0])
+            raise ValueError(f"agent {i} (graph {int(idx.agent_batch[i])}) has no available "
+                             f"action; every agent needs at least one")
         greedy = c[first[acting]]
         if forced is not None:
             chosen = forced[acting]

@@ -46,16 +46,27 @@ class Logger:
         path = os.path.join(self.run_dir, f"{namespace}.csv")
         row = {"samples": step, **metrics}
         if namespace not in self._fields:
+            self._fields[namespace] = []
             if os.path.exists(path) and os.path.getsize(path) > 0:
                 with open(path, newline="") as f:
                     self._fields[namespace] = next(csv.reader(f))
-            else:
-                self._fields[namespace] = list(row)
-                with open(path, "w", newline="") as f:
-                    csv.writer(f).writerow(self._fields[namespace])
+        fields = self._fields[namespace]
+        new = [k for k in row if k not in fields]
+        if new or not os.path.exists(path):
+            # a key seen for the first time (e.g. td_loss once learning starts): widen the
+            # header and rewrite the earlier rows with empty cells
+            rows = []
+            if os.path.exists(path):
+                with open(path, newline="") as f:
+                    rows = list(csv.DictReader(f))
+            fields += new
+            with open(path + ".tmp", "w", newline="") as f:
+                w = csv.DictWriter(f, fieldnames=fields)
+                w.writeheader()
+                w.writerows(rows)
+            os.replace(path + ".tmp", path)
         with open(path, "a", newline="") as f:
-            csv.DictWriter(f, fieldnames=self._fields[namespace]).writerow(
-                {k: row.get(k, "") for k in self._fields[namespace]})
+            csv.DictWriter(f, fieldnames=fields).writerow({k: row.get(k, "") for k in fields})
 
     def close(self) -> None:
         self.tb.flush()

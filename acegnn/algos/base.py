@@ -1,0 +1,100 @@
+"""What every value-based learner shares: config fields, optimiser, target network,
+the gradient step and checkpoints."""
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from typing import Dict
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+OPTIMIZERS = {"adam": torch.optim.Adam, "rmsprop": torch.optim.RMSprop}
+LOSSES = {"mse": F.mse_loss, "huber": F.smooth_l1_loss}
+
+
+@dataclass
+class QLearningConfig:
+    """Hyper-parameters common to every learner (defaults: the paper's Spiders table)."""
+
+    name: str = ""
+    lr: float = 5e-4
+    """Learning rate."""
+    optimizer: str = "adam"
+    """``adam`` or ``rmsprop``."""
+    weight_decay: float = 0.0
+    """L2 weight decay of the optimiser."""
+    grad_clip: float = 10.0
+    """Max gradient norm (0 turns clipping off)."""
+    gamma: float = 0.99
+    """Discount per environment step."""
+    double_q: bool = False
+    """Online network selects, target network evaluates."""
+    target_theta: float = 0.02
+    """Polyak momentum of the target network, applied after every update."""
+    loss: str = "mse"
+    """``mse`` or ``huber``."""
+
+    def __post_init__(self) -> None:
+        if self.optimizer not in OPTIMIZERS:
+            raise ValueError(f"algo.optimizer must be one of {sorted(OPTIMIZERS)} (got {self.optimizer!r})")
+        if self.loss not in LOSSES:
+            raise ValueError(f"algo.loss must be one of {sorted(LOSSES)} (got {self.loss!r})")
+        for key in ("gamma", "target_theta"):
+            v = getattr(self, key)
+            if not 0.0 <= v <= 1.0:
+                raise ValueError(f"algo.{key} must be in [0, 1] (got {v})")
+        if self.lr <= 0:
+            raise ValueError(f"algo.lr must be positive (got {self.lr})")
+        if self.weight_decay < 0 or self.grad_clip < 0:
+            raise ValueError(f"algo.weight_decay and algo.grad_clip must be >= 0 "
+                             f"(got {self.weight_decay}, {self.grad_clip})")
+
+
+class QLearner:
+    """Owns ``self.net`` (an ``nn.Module`` holding every trained part), its Polyak target
+    copy ``self.target_net`` and the optimiser."""
+
+    def __init__(self, net: nn.Module, cfg: QLearningConfig, device) -> None:
+        self.cfg, self.device = cfg, torch.device(device)
+        self.net = net.to(self.device)
+        self.target_net = copy.deepcopy(self.net)
+        for p in self.target_net.parameters():
+            p.requires_grad_(False)
+        self.optimizer = OPTIMIZERS[cfg.optimizer](
+            self.net.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+
+    def td_loss(self, value: Tensor, target: Tensor) -> Tensor:
+        return LOSSES[self.cfg.loss](value, target)
+
+    def step(self, loss: Tensor) -> float:
+        """Gradient step on ``loss`` (refused if not finite), then the target update."""
+        if not bool(torch.isfinite(loss)):
+            raise FloatingPointError(f"the TD loss is {loss.item()}; stopping before the "
+                                     f"network is corrupted (lower algo.lr or check rewards)")
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        clip = self.cfg.grad_clip if self.cfg.grad_clip > 0 else float("inf")
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.net.parameters(), clip)
+        self.optimizer.step()
+        self.soft_update()
+        return grad_norm.item()
+
+    @torch.no_grad()
+    def soft_update(self) -> None:
+        for p, tp in zip(self.net.parameters(), self.target_net.parameters()):
+            tp.lerp_(p, self.cfg.target_theta)
+
+    def state_dict(self) -> Dict:
+        return {"net": self.net.state_dict(), "target_net": self.target_net.state_dict(),
+                "optimizer": self.optimizer.state_dict()}
+
+    def load_state_dict(self, state: Dict) -> None:
+        try:
+            self.net.load_state_dict(state["net"])
+            self.target_net.load_state_dict(state["target_net"])
+        except RuntimeError as e:
+            raise ValueError(f"the checkpoint does not match this model: {e}") from None
+        if "optimizer" in state:
+            self.optimizer.load_state_dict(state["optimizer"])

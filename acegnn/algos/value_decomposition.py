@@ -1,0 +1,168 @@
+r"""Value-factorisation baselines on the same footing as ACE: IQL, VDN, QMIX, QTRAN.
+
+They run through the same trainer, replay, CLI and evaluation as ACE-DQN; the only
+difference is the learner. Individual Q-networks (one MLP shared by the agents) see what
+ACE sees, flattened (:func:`acegnn.graph.flat.flat_inputs`): the agent's node features
+and the features of its edges to every other unit; mixers see every unit's features.
+
+* ``iql``:  each agent regresses :math:`Q_i(o_i, a_i)` to
+  :math:`r + \gamma (1-d) \max_{a'} Q'_i(o'_i, a')`.
+* ``vdn``:  :math:`Q_{tot} = \sum_i Q_i`, regressed to
+  :math:`r + \gamma (1-d) \sum_i \max_{a'} Q'_i`.
+* ``qmix``: :math:`Q_{tot} = f_s(Q_1, \ldots, Q_n)` with a monotonic hyper-network mixer.
+* ``qtran``: QTRAN-base: :math:`L = L_{td} + \lambda_{opt} L_{opt} + \lambda_{nopt} L_{nopt}`
+  with :math:`L_{td}` on :math:`Q_{jt}(s, u)` (target at the greedy individual actions of
+  :math:`s'`), :math:`L_{opt} = (\sum_i Q_i(\bar u) - Q_{jt}(s, \bar u) + V(s))^2` and
+  :math:`L_{nopt} = \min(\sum_i Q_i(u) - Q_{jt}(s, u) + V(s), 0)^2`, :math:`Q_{jt}`
+  detached in both (Son et al., 2019; :math:`\lambda = 1` as there).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Dict, NamedTuple, Optional
+
+import torch
+from torch import Tensor, nn
+from torch_geometric.data import Batch
+
+from acegnn.algos.base import QLearner, QLearningConfig
+from acegnn.graph.flat import FlatInputs, flat_inputs
+from acegnn.graph.schema import GraphSchema
+from acegnn.nn.ace import ModelConfig
+from acegnn.nn.mixers import AgentQNet, QMixer, QTranBase, VDNMixer
+
+METHODS = ("iql", "vdn", "qmix", "qtran")
+
+
+@dataclass
+class ValueDecompositionConfig(QLearningConfig):
+    """Hyper-parameters of the baselines: those of ACE plus the method's own."""
+
+    name: str = "qmix"
+    """``iql``, ``vdn``, ``qmix`` or ``qtran``."""
+    mixer_embed: int = 32
+    """QMIX mixing width (QMIX paper: 32)."""
+    hyper_hidden: int = 64
+    """QMIX hyper-network hidden width (QMIX paper: 64)."""
+    qtran_hidden: int = 64
+    """Width of QTRAN's joint Q and V networks."""
+    lambda_opt: float = 1.0
+    """QTRAN weight of L_opt (QTRAN paper: 1)."""
+    lambda_nopt: float = 1.0
+    """QTRAN weight of L_nopt (QTRAN paper: 1)."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.name not in METHODS:
+            raise ValueError(f"algo.name must be one of {list(METHODS)} (got {self.name!r})")
+
+
+def masked(q: Tensor, available: Tensor) -> Tensor:
+    return q.masked_fill(~available, float("-inf"))
+
+
+class Losses(NamedTuple):
+    loss: Tensor
+    value: Tensor  # what the TD part regresses ([B, n] for iql, [B] otherwise)
+    target: Tensor
+    parts: Dict[str, Tensor]
+
+
+class ValueDecomposition(QLearner):
+    """IQL / VDN / QMIX / QTRAN learner.
+
+    Args:
+        schema (GraphSchema): The task's schema.
+        cfg (ValueDecompositionConfig): Hyper-parameters; ``cfg.name`` picks the method.
+        model (ModelConfig): ``hidden`` and ``layers`` (the agent MLP has ``layers + 1``
+            hidden layers) of the individual Q-network.
+        device: Torch device.
+        example (Batch): A batch of the task's states, to size the networks.
+    """
+
+    def __init__(self, schema: GraphSchema, cfg: ValueDecompositionConfig, model: ModelConfig,
+                 device="cpu", example: Optional[Batch] = None) -> None:
+        if example is None:
+            raise ValueError("value-factorisation learners need an example batch to size "
+                             "their networks")
+        self.schema = schema
+        fi = flat_inputs(schema, example)
+        B, n, obs_dim = fi.agent_obs.shape
+        self.n_agents, self.num_actions = n, fi.available.size(-1)
+        net = nn.ModuleDict({"agent": AgentQNet(obs_dim, self.num_actions, model.hidden,
+                                                model.layers + 1)})
+        state_dim = fi.state.size(1)
+        if cfg.name == "vdn":
+            net["mixer"] = VDNMixer()
+        elif cfg.name == "qmix":
+            net["mixer"] = QMixer(n, state_dim, cfg.mixer_embed, cfg.hyper_hidden)
+        elif cfg.name == "qtran":
+            net["qtran"] = QTranBase(n, self.num_actions, state_dim, cfg.qtran_hidden)
+        super().__init__(net, cfg, device)
+
+    def inputs(self, graphs: Batch) -> FlatInputs:
+        return flat_inputs(self.schema, graphs.to(self.device), check=False)
+
+    @torch.no_grad()
+    def act(self, graphs: Batch, epsilon: float = 0.0,
+            generator: Optional[torch.Generator] = None) -> Tensor:
+        """Per-agent epsilon-greedy over available actions; ``[num_agents]`` action ids."""
+        fi = self.inputs(graphs)
+        q = masked(self.net["agent"](fi.agent_obs), fi.available)
+        actions = q.argmax(-1)
+        if epsilon > 0:
+            keys = torch.rand(q.shape, generator=generator).to(q.device)
+            random = keys.masked_fill(~fi.available, -1.0).argmax(-1)
+            explore = torch.rand(actions.shape, generator=generator).to(q.device) < epsilon
+            actions = torch.where(explore, random, actions)
+        return actions.view(-1)
+
+    def losses(self, graphs: Batch, actions: Tensor, reward: Tensor, terminated: Tensor,
+               next_graphs: Batch) -> Losses:
+        cfg = self.cfg
+        fi, fi2 = self.inputs(graphs), self.inputs(next_graphs)
+        B, n = fi.agent_obs.shape[:2]
+        actions = actions.to(self.device).view(B, n)
+        reward, terminated = reward.to(self.device), terminated.to(self.device)
+        not_done = (~terminated).to(reward.dtype)
+        q = self.net["agent"](fi.agent_obs)  # [B, n, A]
+        q_taken = q.gather(2, actions.unsqueeze(-1)).squeeze(-1)  # [B, n]
+        with torch.no_grad():
+            q2_online = masked(self.net["agent"](fi2.agent_obs), fi2.available)
+            q2_target = masked(self.target_net["agent"](fi2.agent_obs), fi2.available)
+            greedy2 = q2_online.argmax(-1)  # [B, n]
+            if cfg.double_q:
+                q2 = q2_target.gather(2, greedy2.unsqueeze(-1)).squeeze(-1)
+            else:
+                q2 = q2_target.max(-1).values
+        if cfg.name == "iql":
+            target = reward.unsqueeze(1) + cfg.gamma * not_done.unsqueeze(1) * q2
+            return Losses(self.td_loss(q_taken, target), q_taken, target, {})
+        if cfg.name in ("vdn", "qmix"):
+            q_tot = self.net["mixer"](q_taken, fi.state)
+            with torch.no_grad():
+                target = reward + cfg.gamma * not_done * self.target_net["mixer"](q2, fi2.state)
+            return Losses(self.td_loss(q_tot, target), q_tot, target, {})
+        # QTRAN-base
+        qtran, qtran_t = self.net["qtran"], self.target_net["qtran"]
+        q_jt = qtran.joint_q(fi.state, actions)
+        with torch.no_grad():
+            target = reward + cfg.gamma * not_done * qtran_t.joint_q(fi2.state, greedy2)
+        l_td = self.td_loss(q_jt, target)
+        greedy = masked(q, fi.available).argmax(-1).detach()
+        q_sum_opt = q.gather(2, greedy.unsqueeze(-1)).squeeze(-1).sum(1)
+        v = qtran.value(fi.state)
+        opt_err = q_sum_opt - qtran.joint_q(fi.state, greedy).detach() + v
+        nopt_err = (q_taken.sum(1) - q_jt.detach() + v).clamp(max=0.0)
+        l_opt, l_nopt = (opt_err ** 2).mean(), (nopt_err ** 2).mean()
+        loss = l_td + cfg.lambda_opt * l_opt + cfg.lambda_nopt * l_nopt
+        return Losses(loss, q_jt, target, {"td_loss": l_td, "opt_loss": l_opt, "nopt_loss": l_nopt})
+
+    def update(self, graphs: Batch, actions: Tensor, reward: Tensor, terminated: Tensor,
+               next_graphs: Batch, generator: Optional[torch.Generator] = None) -> Dict[str, float]:
+        out = self.losses(graphs, actions, reward, terminated, next_graphs)
+        grad_norm = self.step(out.loss)
+        metrics = {"loss": out.loss.item(), "td_loss": out.loss.item(), "q_mean": out.value.detach().mean().item(),
+                   "target_mean": out.target.mean().item(), "grad_norm": grad_norm}
+        metrics.update({k: v.item() for k, v in out.parts.items()})
+        return metrics
