@@ -116,3 +116,15 @@ def test_component_checks_at_load_time(tmp_path):
     with pytest.raises(ValueError, match="train.eval_every"):
         load_config(CONFIG, ["train.eval_every=-1"])
     assert not list(tmp_path.iterdir())
+
+
+BASELINES = os.path.join(os.path.dirname(__file__), "..", "configs", "spiders_fly_5x5_baselines.yaml")
+
+
+@pytest.mark.parametrize("method", ["iql", "vdn", "qmix", "qtran"])
+def test_baseline_smoke_run(tmp_path, method):
+    args = [a for a in TINY if not a.startswith("model.hidden")]
+    assert main(["train", BASELINES, *args, "model.hidden=16", f"algo.name={method}",
+                 f"run.dir={tmp_path}", f"run.name={method}"]) == 0
+    rows = read_csv(tmp_path / method / "train.csv")
+    assert rows[-1]["td_loss"] != "" and len(read_csv(tmp_path / method / "eval.csv")) == 3

@@ -1,0 +1,150 @@
+"""Value-factorisation baselines: mixers, targets and QTRAN's losses by hand."""
+import pytest
+import torch
+
+from acegnn.algos.value_decomposition import ValueDecomposition, ValueDecompositionConfig
+from acegnn.envs.spiders_fly_task import spiders_fly_graphs, spiders_fly_schema
+from acegnn.graph.flat import flat_inputs
+from acegnn.nn import ModelConfig
+from acegnn.nn.mixers import QMixer, VDNMixer
+
+GRID = 5
+S = torch.tensor([[[0, 0], [4, 4], [2, 2]], [[1, 0], [0, 3], [4, 2]]])
+S_NEXT = torch.tensor([[[0, 1], [4, 4], [2, 2]], [[1, 1], [0, 4], [4, 1]]])
+ACTIONS = torch.tensor([2, 0, 4, 3])
+REWARD = torch.tensor([10.0, 0.0])
+TERMINATED = torch.tensor([True, False])
+GAMMA = 0.9
+
+
+def learner(name, **kw):
+    torch.manual_seed(0)
+    g = spiders_fly_graphs(S, GRID)
+    return ValueDecomposition(spiders_fly_schema(), ValueDecompositionConfig(name=name, gamma=GAMMA, **kw),
+                              ModelConfig(hidden=16), example=g)
+
+
+def batch():
+    return spiders_fly_graphs(S, GRID), ACTIONS, REWARD, TERMINATED, spiders_fly_graphs(S_NEXT, GRID)
+
+
+def test_flat_inputs_are_id_position_and_distances():
+    fi = flat_inputs(spiders_fly_schema(), spiders_fly_graphs(S[:1], GRID))
+    # spider 0 at (0,0): id (1,0,0), pos (0,0); to spider 1 at (4,4): (1,1); to fly (2,2): (.5,.5)
+    assert torch.allclose(fi.agent_obs[0, 0], torch.tensor([1, 0, 0, 0, 0, 1, 1, 0.5, 0.5]))
+    assert fi.state.shape == (1, 15)
+    assert fi.available[0, 0].tolist() == [True, False, True, False, True]
+
+
+def test_vdn_is_the_sum():
+    q = torch.randn(7, 3)
+    assert torch.allclose(VDNMixer()(q, torch.randn(7, 4)), q.sum(1))
+
+
+def test_qmix_is_monotonic():
+    torch.manual_seed(0)
+    mixer = QMixer(n_agents=3, state_dim=6)
+    q = torch.randn(64, 3, requires_grad=True)
+    q_tot = mixer(q, torch.randn(64, 6))
+    (grad,) = torch.autograd.grad(q_tot.sum(), q)
+    assert (grad >= 0).all() and (grad > 0).any()
+
+
+def constant_target_q(lrn):
+    """Q'_i(o, a) = a for every agent and observation."""
+    head = lrn.target_net["agent"].head
+    with torch.no_grad():
+        head.weight.zero_()
+        head.bias.copy_(torch.arange(5.0))
+
+
+# best available action id at S_NEXT per agent (stay up down left right):
+# env 0: spider (0,1) -> right (4); spider (4,4) -> left (3)
+# env 1: spider (1,1) -> right (4); spider (0,4) -> left (3)
+BEST_NEXT = torch.tensor([[4.0, 3.0], [4.0, 3.0]])
+
+
+def test_iql_targets_by_hand():
+    lrn = learner("iql")
+    constant_target_q(lrn)
+    out = lrn.losses(*batch())
+    expected = torch.tensor([[10.0, 10.0], [0.9 * 4, 0.9 * 3]])
+    assert torch.allclose(out.target, expected)
+
+
+def test_vdn_targets_by_hand():
+    lrn = learner("vdn")
+    constant_target_q(lrn)
+    out = lrn.losses(*batch())
+    assert torch.allclose(out.target, torch.tensor([10.0, 0.9 * 7.0]))
+    fi = flat_inputs(spiders_fly_schema(), spiders_fly_graphs(S, GRID))
+    q = lrn.net["agent"](fi.agent_obs).gather(2, ACTIONS.view(2, 2, 1)).squeeze(-1)
+    assert torch.allclose(out.value, q.sum(1))
+
+
+def test_qmix_targets_by_hand():
+    lrn = learner("qmix")
+    constant_target_q(lrn)
+    out = lrn.losses(*batch())
+    mixer = lrn.target_net["mixer"]
+    s2 = flat_inputs(spiders_fly_schema(), spiders_fly_graphs(S_NEXT, GRID)).state
+    with torch.no_grad():  # the QMIX formula written out for env 1
+        w1 = mixer.hyper_w1(s2[1]).abs().view(2, 32)
+        b1 = mixer.hyper_b1(s2[1])
+        hidden = torch.nn.functional.elu(BEST_NEXT[1] @ w1 + b1)
+        w2 = mixer.hyper_w2(s2[1]).abs()
+        q_tot = hidden @ w2 + mixer.hyper_b2(s2[1]).squeeze()
+    assert torch.allclose(out.target, torch.stack([torch.tensor(10.0), 0.9 * q_tot]), atol=1e-5)
+
+
+def test_double_q_selects_with_the_online_network():
+    lrn = learner("iql", double_q=True)
+    constant_target_q(lrn)
+    fi2 = flat_inputs(spiders_fly_schema(), spiders_fly_graphs(S_NEXT, GRID))
+    q2 = lrn.net["agent"](fi2.agent_obs).masked_fill(~fi2.available, float("-inf"))
+    chosen = q2.argmax(-1).float()  # Q' = a, so the target reveals the online choice
+    out = lrn.losses(*batch())
+    assert torch.allclose(out.target[1], 0.9 * chosen[1])
+
+
+def test_qtran_losses_by_hand():
+    lrn = learner("qtran")
+    out = lrn.losses(*batch())
+    fi = flat_inputs(spiders_fly_schema(), spiders_fly_graphs(S, GRID))
+    fi2 = flat_inputs(spiders_fly_schema(), spiders_fly_graphs(S_NEXT, GRID))
+    qt, qt_t = lrn.net["qtran"], lrn.target_net["qtran"]
+    with torch.no_grad():
+        q = lrn.net["agent"](fi.agent_obs)
+        q2 = lrn.net["agent"](fi2.agent_obs).masked_fill(~fi2.available, float("-inf"))
+        l_td = l_opt = l_nopt = 0.0
+        for b in range(2):
+            u = ACTIONS.view(2, 2)[b]
+            q_jt = qt.joint_q(fi.state[b:b + 1], u.view(1, 2))[0]
+            y = REWARD[b] + 0.9 * (0.0 if TERMINATED[b] else 1.0) * qt_t.joint_q(
+                fi2.state[b:b + 1], q2[b].argmax(-1).view(1, 2))[0]
+            l_td += (q_jt - y) ** 2 / 2
+            greedy = q[b].masked_fill(~fi.available[b], float("-inf")).argmax(-1)
+            v = qt.value(fi.state[b:b + 1])[0]
+            opt = q[b][torch.arange(2), greedy].sum() - qt.joint_q(fi.state[b:b + 1], greedy.view(1, 2))[0] + v
+            l_opt += opt ** 2 / 2
+            nopt = q[b][torch.arange(2), u].sum() - q_jt + v
+            l_nopt += min(float(nopt), 0.0) ** 2 / 2
+    assert torch.allclose(out.parts["td_loss"], torch.tensor(float(l_td)), atol=1e-5)
+    assert torch.allclose(out.parts["opt_loss"], torch.tensor(float(l_opt)), atol=1e-5)
+    assert torch.allclose(out.parts["nopt_loss"], torch.tensor(float(l_nopt)), atol=1e-5)
+    assert torch.allclose(out.loss, out.parts["td_loss"] + out.parts["opt_loss"] + out.parts["nopt_loss"])
+
+
+@pytest.mark.parametrize("name", ["iql", "vdn", "qmix", "qtran"])
+def test_update_and_act(name):
+    lrn = learner(name, lr=1e-2)
+    losses = [lrn.update(*batch())["td_loss"] for _ in range(20)]
+    assert losses[-1] < losses[0]
+    acts = lrn.act(spiders_fly_graphs(S, GRID), epsilon=1.0, generator=torch.Generator().manual_seed(0))
+    fi = flat_inputs(spiders_fly_schema(), spiders_fly_graphs(S, GRID))
+    assert fi.available.view(4, 5)[torch.arange(4), acts].all()
+
+
+def test_bad_method_name():
+    with pytest.raises(ValueError, match="algo.name"):
+        ValueDecompositionConfig(name="coma")
