@@ -1,14 +1,18 @@
 #!/usr/bin/env python
-"""Spiders-and-Fly, paper Table 1 ACE row: samples to 100% success and steps gap.
+"""Spiders-and-Fly, paper Table 1: samples to 100% success and steps gap, per method.
 
-For every (grid, seed): `acegnn train configs/spiders_fly_<N>x<N>.yaml seed=S` until the
+For every (method, grid, seed): `acegnn train` (ACE: configs/spiders_fly_<N>x<N>.yaml;
+baselines: configs/spiders_fly_<N>x<N>_baselines.yaml with algo.name=<method>) until the
 greedy policy catches the fly within 10 steps in all 32 test episodes (the paper's
-"samples"), then `acegnn eval` of that policy on `--gap-episodes` fresh test episodes
+"samples"), then `acegnn eval` of the final policy on `--gap-episodes` fresh test episodes
 for the steps gap to the exact oracle (the paper's "steps"). Runs go in parallel
-processes with one thread each.
+processes with one thread each; a run directory that already holds a checkpoint is
+resumed, so an interrupted benchmark continues where it stopped.
 
-    python scripts/bench_spiders.py                          # 5 seeds, 5x5 and 7x7
+    python scripts/bench_spiders.py                          # ACE row: 5 seeds, 5x5 and 7x7
     python scripts/bench_spiders.py --grids 5 --seeds 0 1 --json out.json
+    python scripts/bench_spiders.py --methods ace_dqn vdn qmix qtran \
+        --markdown table1.md --plot table1.png               # the whole Table 1
     python scripts/bench_spiders.py -- model.layers=2        # extra overrides after --
 """
 from __future__ import annotations
@@ -23,16 +27,31 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-PAPER = {5: {"samples_m": (0.09, 0.01), "gap": (0.04, 0.03)},
-         7: {"samples_m": (1.01, 0.06), "gap": (0.07, 0.02)}}
+# Paper Table 1: (mean, std) of samples to 100% (millions) and steps gap, per grid.
+PAPER = {
+    "ace_dqn": {5: {"samples_m": (0.09, 0.01), "gap": (0.04, 0.03)},
+                7: {"samples_m": (1.01, 0.06), "gap": (0.07, 0.02)}},
+    "vdn": {5: {"samples_m": (0.19, 0.02), "gap": (0.78, 0.10)},
+            7: {"samples_m": (1.97, 0.10), "gap": (0.90, 0.12)}},
+    "qmix": {5: {"samples_m": (0.19, 0.02), "gap": (0.77, 0.10)},
+             7: {"samples_m": (1.81, 0.09), "gap": (0.87, 0.11)}},
+    "qtran": {5: {"samples_m": (0.17, 0.02), "gap": (0.60, 0.09)},
+              7: {"samples_m": (1.68, 0.09), "gap": (1.02, 0.09)}},
+}
+NAMES = {"ace_dqn": "ACE", "iql": "IQL", "vdn": "VDN", "qmix": "QMIX", "qtran": "QTRAN"}
 
 
-def run_one(grid: int, seed: int, ns: argparse.Namespace) -> dict:
+def run_one(method: str, grid: int, seed: int, ns: argparse.Namespace) -> dict:
     env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
-    name = f"bench_{grid}x{grid}_seed{seed}"
+    prefix = "bench" if method == "ace_dqn" else f"bench_{method}"
+    name = f"{prefix}_{grid}x{grid}_seed{seed}"
     run_dir = os.path.join(ns.run_dir, name)
-    cfg = os.path.join(ROOT, "configs", f"spiders_fly_{grid}x{grid}.yaml")
-    cmd = [sys.executable, "-m", "acegnn.cli", "train", cfg, f"seed={seed}",
+    if method == "ace_dqn":
+        cfg, algo = os.path.join(ROOT, "configs", f"spiders_fly_{grid}x{grid}.yaml"), []
+    else:
+        cfg = os.path.join(ROOT, "configs", f"spiders_fly_{grid}x{grid}_baselines.yaml")
+        algo = [f"algo.name={method}"]
+    cmd = [sys.executable, "-m", "acegnn.cli", "train", cfg, f"seed={seed}", *algo,
            f"run.dir={ns.run_dir}", f"run.name={name}", "train.progress=false",
            f"train.total_samples={ns.total_samples[grid]}", *ns.overrides]
     if os.path.exists(os.path.join(run_dir, "checkpoint.pt")):
@@ -47,7 +66,7 @@ def run_one(grid: int, seed: int, ns: argparse.Namespace) -> dict:
                          str(ns.gap_episodes), "--seed", "777"], env=env, capture_output=True,
                         text=True, check=True)
     result = json.loads(ev.stdout.strip().splitlines()[-1])
-    rec = {"grid": grid, "seed": seed, "samples_to_100": summary["samples_to_success"],
+    rec = {"method": method, "grid": grid, "seed": seed, "samples_to_100": summary["samples_to_success"],
            "samples": summary["samples"], "steps_gap": result["steps_gap"],
            "success_rate": result["success_rate"], "mean_steps": result["mean_steps"],
            "wall_s": wall, "env_steps_per_s": summary["env_steps_per_s"], "run_dir": run_dir}
@@ -66,6 +85,7 @@ def fmt(values, scale=1.0, digits=2) -> str:
 
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--methods", nargs="+", default=["ace_dqn"], choices=list(NAMES))
     p.add_argument("--grids", nargs="+", type=int, default=[5, 7])
     p.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2, 3, 4])
     p.add_argument("--jobs", type=int, default=2, help="runs in parallel (one thread each)")
@@ -73,30 +93,82 @@ def main(argv=None) -> None:
     p.add_argument("--max-samples-7", type=int, default=3_000_000)
     p.add_argument("--gap-episodes", type=int, default=1024)
     p.add_argument("--run-dir", default=os.path.join(ROOT, "runs", "bench"))
-    p.add_argument("--json", help="write one record per (grid, seed)")
+    p.add_argument("--json", help="write one record per (method, grid, seed)")
+    p.add_argument("--markdown", help="write the table to this markdown file")
+    p.add_argument("--plot", help="plot success rate against samples to this image file")
     p.add_argument("overrides", nargs="*", help="config overrides for every run, after --")
     ns = p.parse_args(argv)
     ns.total_samples = {5: ns.max_samples_5, 7: ns.max_samples_7}
     for g in ns.grids:
         ns.total_samples.setdefault(g, ns.max_samples_7)
-    jobs = [(g, s) for g in ns.grids for s in ns.seeds]
+    jobs = [(m, g, s) for g in ns.grids for m in ns.methods for s in ns.seeds]
     t0 = time.perf_counter()
     with ThreadPoolExecutor(ns.jobs) as pool:
-        records = list(pool.map(lambda gs: run_one(gs[0], gs[1], ns), jobs))
+        records = list(pool.map(lambda job: run_one(*job, ns), jobs))
     if ns.json:
         with open(ns.json, "w") as f:
             json.dump(records, f, indent=1)
-    print(f"\nACE on Spiders-and-Fly, {len(ns.seeds)} seeds, overrides {ns.overrides or 'none'} "
-          f"({time.perf_counter() - t0:.0f} s in all, {ns.jobs} parallel runs)")
-    print("| grid | samples to 100% (M) | steps gap | paper samples (M) | paper gap | wall-clock per run (s) | env steps/s |")
-    print("|---|---|---|---|---|---|---|")
+    lines = [f"Spiders-and-Fly, {len(ns.seeds)} seeds, overrides {ns.overrides or 'none'} "
+             f"({time.perf_counter() - t0:.0f} s in all, {ns.jobs} parallel runs)", "",
+             "| method | grid | samples to 100% (M) | steps gap | paper samples (M) | paper gap "
+             "| wall-clock per run (s) | env steps/s |",
+             "|---|---|---|---|---|---|---|---|"]
     for g in ns.grids:
-        rs = [r for r in records if r["grid"] == g]
-        paper = PAPER.get(g, {"samples_m": (float("nan"),) * 2, "gap": (float("nan"),) * 2})
-        print(f"| {g}x{g} | {fmt([r['samples_to_100'] for r in rs], 1e-6)} | "
-              f"{fmt([r['steps_gap'] for r in rs])} | {paper['samples_m'][0]} ± {paper['samples_m'][1]} | "
-              f"{paper['gap'][0]} ± {paper['gap'][1]} | {fmt([r['wall_s'] for r in rs], digits=0)} | "
-              f"{fmt([r['env_steps_per_s'] for r in rs], digits=0)} |")
+        for m in ns.methods:
+            rs = [r for r in records if r["grid"] == g and r["method"] == m]
+            paper = PAPER.get(m, {}).get(g)
+            ps = (f"{paper['samples_m'][0]} ± {paper['samples_m'][1]} | "
+                  f"{paper['gap'][0]} ± {paper['gap'][1]}") if paper else "- | -"
+            lines.append(f"| {NAMES[m]} | {g}x{g} | {fmt([r['samples_to_100'] for r in rs], 1e-6)} | "
+                         f"{fmt([r['steps_gap'] for r in rs])} | {ps} | "
+                         f"{fmt([r['wall_s'] for r in rs], digits=0)} | "
+                         f"{fmt([r['env_steps_per_s'] for r in rs], digits=0)} |")
+    print("\n" + "\n".join(lines))
+    if ns.markdown:
+        with open(ns.markdown, "w") as f:
+            f.write("\n".join(lines) + "\n")
+    if ns.plot:
+        plot(records, ns.plot)
+
+
+def success_curve(run_dir: str):
+    """(samples, success rate) of a run's evaluations."""
+    import csv
+
+    with open(os.path.join(run_dir, "eval.csv"), newline="") as f:
+        rows = list(csv.DictReader(f))
+    return [int(r["samples"]) for r in rows], [float(r["success_rate"]) for r in rows]
+
+
+def plot(records, path: str) -> None:
+    """Success rate against samples, one curve per method and grid: the mean over seeds
+    with the min-max spread shaded. A run that stopped at 100% counts as 100% after."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    grids = sorted({r["grid"] for r in records})
+    fig, axes = plt.subplots(1, len(grids), figsize=(6 * len(grids), 4), squeeze=False)
+    for ax, g in zip(axes[0], grids):
+        for m in dict.fromkeys(r["method"] for r in records):
+            rs = [r for r in records if r["grid"] == g and r["method"] == m]
+            if not rs:
+                continue
+            curves = [success_curve(r["run_dir"]) for r in rs]
+            xs = np.array(sorted({x for c in curves for x in c[0]}))
+            ys = np.stack([np.interp(xs, c[0], c[1], right=c[1][-1]) for c in curves])
+            ax.plot(xs / 1e6, ys.mean(0), label=NAMES[m])
+            ax.fill_between(xs / 1e6, ys.min(0), ys.max(0), alpha=0.2)
+        ax.set_title(f"Spiders-and-Fly {g}x{g}")
+        ax.set_xlabel("samples (M)")
+        ax.set_ylabel("success rate within 10 steps")
+        ax.set_ylim(-0.02, 1.02)
+        ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    print(f"wrote {path}")
 
 
 if __name__ == "__main__":

@@ -36,4 +36,17 @@ def test_bench_spiders_writes_records(tmp_path):
     for key in ("grid", "seed", "samples_to_100", "steps_gap", "wall_s"):
         assert key in rec
     assert rec["grid"] == 5 and rec["seed"] == 0 and rec["samples"] == 512
-    assert "| 5x5 |" in text
+    assert "| ACE | 5x5 |" in text
+
+
+def test_table1_with_baselines_writes_markdown_and_plot(tmp_path):
+    md, png = tmp_path / "t.md", tmp_path / "t.png"
+    run(["scripts/bench_spiders.py", "--methods", "ace_dqn", "vdn", "--grids", "5", "--seeds",
+         "0", "1", "--jobs", "2", "--max-samples-5", "512", "--gap-episodes", "4", "--run-dir",
+         str(tmp_path), "--markdown", str(md), "--plot", str(png), "--",
+         "train.samples_per_collect=256", "train.batch_size=16", "train.updates_per_collect=1",
+         "model.hidden=8", "train.eval_every=256", "train.eval_episodes=2",
+         "train.learning_starts=256"])
+    table = md.read_text()
+    assert "| VDN | 5x5 |" in table and "0.19 ± 0.02" in table and "| ACE | 5x5 |" in table
+    assert png.stat().st_size > 1000
