@@ -8,7 +8,6 @@ import sys
 import time
 from typing import Optional, Sequence
 
-from omegaconf import OmegaConf
 
 
 def _run_dir(cfg) -> str:

@@ -141,7 +141,6 @@ def test_max_steps_only_values_first_agents():
     schema, states = make_states(seed=4)
     net = ACENetwork(schema, hidden=8)
     ro = net.rollout(collate(states), max_steps=1)
-    idx = ro.encoded.index
     first = ro.rank == 0
     assert not torch.isnan(ro.max_value[first]).any()
     assert torch.isnan(ro.max_value[~first]).all()

@@ -7,7 +7,7 @@ is a :class:`torch_geometric.data.HeteroData` that follows it (see
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Dict, Mapping, Sequence, Tuple
+from typing import Mapping, Tuple
 
 EdgeType = Tuple[str, str, str]
 
