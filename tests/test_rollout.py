@@ -258,3 +258,25 @@ def test_action_targeting_its_own_actor(pool):
     ro = net.rollout(collate(states), order="random", epsilon=0.5,
                      generator=torch.Generator().manual_seed(4))
     assert max_error_against_reference(net, states, ro) < 1e-5
+
+
+@pytest.mark.parametrize("pool,layers,additive", [("mean", 1, True), ("sum", 1, True),
+                                                  ("mean_max", 1, False), ("mean", 2, False)])
+def test_which_heads_can_couple_untargeted_actions(pool, layers, additive):
+    """Without a passive target, each action only changes its own unit. With sum/mean
+    pooling and a linear readout V(s, a0, a1) is then additive in a0 and a1 (the second
+    agent cannot react to the first); max pooling or a deeper readout couples them."""
+    from acegnn.envs.spiders_fly_task import spiders_fly_graphs, spiders_fly_schema
+
+    torch.manual_seed(0)
+    net = ACENetwork(spiders_fly_schema(), hidden=16, pool=pool, layers=layers)
+    with torch.no_grad():  # large action messages, so that ReLU patterns change between them
+        net.action_encoder.active.normal_(std=3.0)
+    pos = torch.tensor([[[2, 2], [2, 3], [0, 0]]])  # every action available to both
+    v = torch.zeros(5, 5)
+    for a0 in range(5):
+        ro = net.rollout(spiders_fly_graphs(pos, 5), actions=torch.tensor([a0, 0]))
+        second = ro.candidate_values[ro.encoded.index.action_agent == 1]
+        v[a0] = second
+    interaction = v - v[:, :1] - v[:1, :] + v[0, 0]  # zero iff additive
+    assert (interaction.abs().max() < 1e-5) == additive
