@@ -36,7 +36,7 @@ def _segments(ptr: Tensor, graphs: Tensor):
 
 def replicate(batch: Batch, graphs: Tensor) -> Batch:
     """A batch holding copies of the given graphs of ``batch``, in order."""
-    out = HeteroData()
+    out = Batch(_base_cls=HeteroData)
     node_ptr, node_shift = {}, {}
     B = int(batch.num_graphs)
     for t in batch.node_types:
@@ -62,12 +62,8 @@ def replicate(batch: Batch, graphs: Tensor) -> Batch:
         dst = ei[1, ids] - node_ptr[d][g] + node_shift[d][owner]
         out[et].edge_index = torch.stack([src, dst])
         out[et].edge_attr = ea[ids]
-    rep = Batch(_base_cls=HeteroData)
-    for key in out.node_types + out.edge_types:
-        for k, v in out[key].items():
-            rep[key][k] = v
-    rep._num_graphs = graphs.numel()
-    return rep
+    out._num_graphs = graphs.numel()
+    return out
 
 
 def naive_rollout(net: "ACENetwork", data: Union[HeteroData, Batch],

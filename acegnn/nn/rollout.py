@@ -133,9 +133,8 @@ def sequential_rollout(
     rank = agent_ranks(idx, order, generator)
     forced = None if actions is None else _forced_rows(idx, actions)
 
-    num_steps = int(rank.max()) + 1 if n > 0 else 0
-    if max_steps is not None:
-        num_steps = min(num_steps, int(max_steps))
+    full_steps = int(rank.max()) + 1 if n > 0 else 0  # agents of the largest graph
+    num_steps = full_steps if max_steps is None else min(full_steps, int(max_steps))
     # Candidates grouped by step, inside a step by graph (action rows are graph-major).
     cand = idx.action_available.nonzero().view(-1)
     cand_step = rank[idx.action_agent[cand]]
@@ -147,7 +146,6 @@ def sequential_rollout(
     agents_by_step = agent_by_rank[: sum(agent_counts)].split(agent_counts)
 
     # next_agent / first_agent from the ranks
-    full_steps = int(rank.max()) + 1 if n > 0 else 0
     pos_of = torch.full((B, full_steps + 1), -1, dtype=torch.long, device=device)
     pos_of[idx.agent_batch, rank] = torch.arange(n, device=device)
     next_agent = pos_of[idx.agent_batch, rank + 1] if n > 0 else rank
