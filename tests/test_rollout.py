@@ -116,6 +116,31 @@ def test_teacher_forcing_follows_given_actions():
         net.rollout(b, actions=bad)
 
 
+@pytest.mark.parametrize("pool", ["mean", "max", "mean_max"])
+def test_chosen_only_values_match_full_rollout(pool):
+    torch.manual_seed(0)
+    schema, states = make_states(seed=4)
+    net = ACENetwork(schema, hidden=16, pool=pool, layers=2)
+    b = collate(states)
+    gen = torch.Generator().manual_seed(1)
+    explored = net.rollout(b, order="random", epsilon=0.5, generator=gen)
+    full = net.rollout(b, order=explored.rank, actions=explored.actions)
+    only = net.rollout(b, order=explored.rank, actions=explored.actions, values="chosen")
+    assert torch.equal(only.action_ids, full.action_ids)
+    assert torch.allclose(only.chosen_value, full.chosen_value, atol=1e-6)
+    assert torch.allclose(only.final_units, full.final_units)
+    assert bool(only.max_value.isnan().all()) and bool((only.greedy_ids == -1).all())
+    # same gradients of the chosen values
+    g_full = torch.autograd.grad(full.chosen_value.sum(), list(net.parameters()), allow_unused=True)
+    g_only = torch.autograd.grad(only.chosen_value.sum(), list(net.parameters()), allow_unused=True)
+    for a, c in zip(g_full, g_only):
+        assert (a is None) == (c is None) and (a is None or torch.allclose(a, c, atol=1e-5))
+    with pytest.raises(ValueError, match="needs the actions"):
+        net.rollout(b, values="chosen")
+    with pytest.raises(ValueError, match="values must be"):
+        net.rollout(b, values="some")
+
+
 def test_orders_and_next_agent():
     schema, states = make_states(seed=4)
     net = ACENetwork(schema, hidden=8)

@@ -98,8 +98,9 @@ class ACEDQN(QLearner):
         cfg = self.cfg
         graphs, next_graphs = graphs.to(self.device), next_graphs.to(self.device)
         check = self._check()
+        # Only double-Q needs the online values of the other candidates.
         online = self.net.rollout(graphs, order=cfg.order, actions=actions, generator=generator,
-                                  check=check)
+                                  check=check, values="all" if cfg.double_q else "chosen")
         if online.rank.numel() == 0:
             raise ValueError("no state of the batch has an agent: nothing to learn from")
         with torch.no_grad():

@@ -19,6 +19,7 @@ from acegnn.nn.se_state import EncodedState, apply_actions, candidate_rows
 
 if TYPE_CHECKING:  # pragma: no cover
     from acegnn.nn.ace import ACENetwork
+    from acegnn.nn.value_head import ValueHead
 
 
 class Rollout(NamedTuple):
@@ -75,6 +76,20 @@ def agent_ranks(index: UnitIndex, order: Union[str, Tensor] = "default",
     raise ValueError(f"order must be 'default', 'random' or a tensor of ranks (got {order!r})")
 
 
+NAN_VALUES = ("the value network produced NaN values (diverged parameters or inputs); "
+              "no action can be chosen")
+
+
+def _advance(head: "ValueHead", units: Tensor, hidden: Tensor, enc: EncodedState, chosen: Tensor):
+    """Move to the chosen SE-state: only the actor and target rows change, so only
+    their value-head hidden rows are recomputed."""
+    idx = enc.index
+    units = apply_actions(units, enc, chosen)
+    changed = torch.cat([idx.action_actor[chosen], idx.action_target[chosen]])
+    changed = changed[changed >= 0]
+    return units, hidden.index_put((changed,), head.unit_hidden(units[changed]))
+
+
 def _forced_rows(index: UnitIndex, actions: Tensor) -> Tensor:
     """Action-table rows of given per-agent slots; raises on invalid actions."""
     n = index.num_agents
@@ -105,6 +120,7 @@ def sequential_rollout(
     generator: Optional[torch.Generator] = None,
     max_steps: Optional[int] = None,
     check: bool = True,
+    values: str = "all",
 ) -> Rollout:
     r"""Sequential decision with rollout for a batch of states.
 
@@ -122,7 +138,17 @@ def sequential_rollout(
             only the first agent's candidates, as the Bellman target of the last agent
             needs at the next state). (default: all agents)
         check (bool, optional): Validate the input. (default: :obj:`True`)
+        values (str, optional): ``"all"`` values every candidate; ``"chosen"`` (needs
+            ``actions``) values only the SE-states the given actions lead to, which is
+            all a learner needs for the predicted side of the TD loss and costs about
+            one candidate per agent instead of all of them. ``max_value``,
+            ``greedy_ids`` and the other candidates are then NaN / ``-1``.
+            (default: :obj:`"all"`)
     """
+    if values not in ("all", "chosen"):
+        raise ValueError(f"values must be 'all' or 'chosen' (got {values!r})")
+    if values == "chosen" and actions is None:
+        raise ValueError("values='chosen' needs the actions to follow")
     if not 0.0 <= float(epsilon) <= 1.0:
         raise ValueError(f"epsilon must be in [0, 1] (got {epsilon})")
     enc = net.encode(data, check=check)
@@ -162,15 +188,23 @@ def sequential_rollout(
     hidden = head.unit_hidden(units)
     for k in range(num_steps):
         c, acting = cand_by_step[k], agents_by_step[k]
+        if values == "chosen":
+            c = forced[acting]
         base = head.pool_base(units, idx, hidden)
         rows = candidate_rows(units, enc, c)
         v = head.candidate_values(base, idx, idx.action_batch[c], rows)  # [C]
         cand_values = cand_values.index_put((c,), v)
+        if values == "chosen":
+            if bool(torch.isnan(v).any()):
+                raise FloatingPointError(NAN_VALUES)
+            chosen_ids[acting] = c
+            chosen_value = chosen_value.index_put((acting,), v)
+            units, hidden = _advance(head, units, hidden, enc, c)
+            continue
         seg = idx.action_agent[c]
         vmax = scatter(v, seg, dim=0, dim_size=n, reduce="max")
         if bool(torch.isnan(vmax[acting]).any()):
-            raise FloatingPointError("the value network produced NaN values (diverged "
-                                     "parameters or inputs); no action can be chosen")
+            raise FloatingPointError(NAN_VALUES)
         pos = torch.arange(c.numel(), device=device)
         is_max = v == vmax[seg]
         first = torch.full((n,), c.numel(), dtype=torch.long, device=device)
@@ -196,11 +230,7 @@ def sequential_rollout(
         chosen_ids[acting] = chosen
         max_value = max_value.index_put((acting,), vmax[acting])
         chosen_value = chosen_value.index_put((acting,), cand_values[chosen])
-        # Move to the chosen SE-state: only the actor and target rows change.
-        units = apply_actions(units, enc, chosen)
-        changed = torch.cat([idx.action_actor[chosen], idx.action_target[chosen]])
-        changed = changed[changed >= 0]
-        hidden = hidden.index_put((changed,), head.unit_hidden(units[changed]))
+        units, hidden = _advance(head, units, hidden, enc, chosen)
 
     slots = torch.where(chosen_ids >= 0, idx.action_slot[chosen_ids.clamp(min=0)],
                         torch.full_like(chosen_ids, -1))
