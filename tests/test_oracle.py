@@ -8,7 +8,8 @@ import json
 import pytest
 import torch
 
-from acegnn.envs.oracle import OracleSolution, capture_within, main, solve, summary
+from acegnn.envs.oracle import (OracleSolution, capture_within, main, policy_capture, policy_steps,
+                                solve, summary)
 from acegnn.envs.spiders_fly import SpidersFlyEnv, action_mask_for, valid_starts
 
 STAY, UP, DOWN, LEFT, RIGHT = range(5)
@@ -93,6 +94,14 @@ class BruteForce:
             prob = new
         return prob
 
+    def truncated_length(self, policy, horizon: int):
+        """E[min(T, horizon)] under a fixed joint policy, by forward recursion."""
+        length = {s: 0.0 for s in self.states}
+        for _ in range(horizon):
+            length = {s: 0.0 if self.terminal(s) else 1.0 + self.q(length, s, *policy[s])
+                      for s in self.states}
+        return length
+
 
 def flat(p, n: int) -> int:
     return p[0] * n + p[1]
@@ -149,6 +158,47 @@ def test_capture_within_matches_brute_force_3x3():
         got = capture_within(sol, starts, horizon)
         for i, s in enumerate(bf.states):
             assert abs(got[i].item() - ref[s]) < 1e-10, (horizon, s)
+
+
+@pytest.mark.parametrize("policy_kind", ["oracle", "random"])
+def test_policy_evaluation_matches_brute_force_3x3(policy_kind):
+    """Exact capture probability and truncated length of any fixed joint policy."""
+    n = 3
+    bf = BruteForce(n)
+    sol = solve(n)
+    g = torch.Generator().manual_seed(0)
+    table = sol.policy.clone()
+    policy = {}
+    for s in bf.states:
+        if policy_kind == "random":  # a random allowed joint action per state
+            allowed = [(a0, a1) for a0 in range(5) for a1 in range(5)
+                       if bf.step_spider(s[0], a0) and bf.step_spider(s[1], a1)]
+            a0, a1 = allowed[int(torch.randint(len(allowed), (1,), generator=g))]
+            table[index_of(s, n)] = a0 * 5 + a1
+        j = int(table[index_of(s, n)])
+        policy[s] = (j // 5, j % 5)
+    for horizon in (0, 1, 4, 12):
+        prob, length = policy_capture(n, table, horizon), policy_steps(n, table, horizon)
+        ref_p, ref_l = bf.capture_prob(policy, horizon), bf.truncated_length(policy, horizon)
+        for s in bf.states:
+            assert abs(prob[index_of(s, n)].item() - ref_p[s]) < 1e-10, (horizon, s)
+            assert abs(length[index_of(s, n)].item() - ref_l[s]) < 1e-10, (horizon, s)
+
+
+def test_policy_steps_of_oracle_converge_to_its_values(sol5):
+    long_run = policy_steps(5, sol5.policy, 400)
+    assert torch.allclose(long_run, sol5.expected_steps, atol=1e-6)
+    # staying put never catches a fly that keeps away: every episode is truncated
+    stay = torch.zeros_like(sol5.policy)
+    starts = valid_starts(5)
+    cells = starts[..., 0] * 5 + starts[..., 1]
+    at = lambda t: t[cells[:, 0], cells[:, 1], cells[:, 2]]  # noqa: E731
+    assert torch.allclose(at(policy_steps(5, stay, 20)), torch.tensor(20.0, dtype=torch.float64))
+    assert bool((at(policy_capture(5, stay, 10)) == 0).all())
+    with pytest.raises(ValueError, match="policy must be"):
+        policy_steps(5, stay.float(), 20)
+    with pytest.raises(ValueError, match="policy entries"):
+        policy_steps(5, stay + 25, 20)
 
 
 # ---------------------------------------------------------------- hand checks
@@ -278,3 +328,35 @@ def test_summary_and_main(capsys):
     assert main(["--grid", "4"]) == 0
     printed = json.loads(capsys.readouterr().out)
     assert printed["grid"] == 4 and printed["num_starts"] == 24
+
+
+def _positions_of(graphs, n: int) -> torch.Tensor:
+    """(spider 0, spider 1, fly) positions back from the task's node features."""
+    x = torch.cat([graphs["spider"].x.view(-1, 2, 5), graphs["fly"].x.view(-1, 1, 5)], 1)
+    return (x[..., 3:] * (n - 1)).round().long()
+
+
+def test_exact_task_evaluation_of_oracle_and_of_a_worse_policy(sol5):
+    from acegnn.envs.spiders_fly_task import SpidersFlyTask
+
+    task = SpidersFlyTask(5)
+    oracle_act = lambda g: sol5.act(_positions_of(g, 5)).view(-1)  # noqa: E731
+    table = task.policy_table(oracle_act)
+    c = torch.arange(25)
+    live = (c[:, None, None] != c[None, None, :]) & (c[None, :, None] != c[None, None, :])
+    assert torch.equal(table[live], sol5.policy[live])
+    exact = task.exact_evaluate(oracle_act)
+    assert exact["exact_steps_gap"] == 0.0 and exact["exact_worst_success"] == 1.0
+    assert abs(exact["exact_mean_steps"] - 5.5358) < 1e-3
+
+    def lazy(g):  # spider 1 never moves: a worse policy with a positive gap
+        a = sol5.act(_positions_of(g, 5))
+        a[:, 1] = 0
+        return a.view(-1)
+
+    exact = task.exact_evaluate(lazy)
+    sampled = task.evaluate(lazy, episodes=4096, seed=3)
+    assert exact["exact_steps_gap"] > 1.0
+    # the sampled mean is an unbiased estimate of the exact one (std of the mean < 0.1)
+    assert abs(sampled["mean_steps"] - exact["exact_mean_steps"]) < 0.3
+    assert abs(sampled["success_rate"] - exact["exact_success_rate"]) < 0.05

@@ -1,5 +1,6 @@
 """The real entry point on tiny budgets: smoke, determinism, resume, bad input."""
 import csv
+import json
 import os
 
 import pytest
@@ -37,7 +38,9 @@ def test_smoke_run_writes_logs_and_checkpoint(tmp_path, capsys):
     evals = read_csv(run / "eval.csv")
     assert {"success_rate", "mean_steps", "steps_gap"} <= set(evals[0])
     assert main(["eval", str(run), "--episodes", "4"]) == 0
-    assert '"success_rate"' in capsys.readouterr().out
+    out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert {"success_rate", "steps_gap", "exact_steps_gap", "exact_worst_success"} <= set(out)
+    assert out["exact_steps_gap"] == pytest.approx(out["exact_mean_steps"] - 5.5358, abs=1e-3)
 
 
 def test_same_seed_same_logs(tmp_path):

@@ -35,7 +35,8 @@ from torch import Tensor
 
 from acegnn.envs.spiders_fly import valid_starts
 
-__all__ = ["OracleSolution", "solve", "capture_within", "summary", "main"]
+__all__ = ["OracleSolution", "solve", "capture_within", "policy_capture", "policy_steps",
+           "summary", "main"]
 
 _N_ACTIONS = 5
 _TIE_TOL = 1e-9
@@ -236,37 +237,87 @@ def solve(grid_size: int, tol: float = 1e-10, max_iters: int = 10_000) -> Oracle
     )
 
 
-def capture_within(solution: OracleSolution, starts: Tensor, horizon: int = 10) -> Tensor:
-    """Exact probability that the oracle policy catches the fly within ``horizon`` steps.
+def _check_policy(policy: Tensor, grid_size: int) -> np.ndarray:
+    c = grid_size * grid_size
+    policy = torch.as_tensor(policy)
+    if policy.shape != (c, c, c) or policy.dtype.is_floating_point:
+        raise ValueError(f"policy must be an integer tensor of shape {(c, c, c)} "
+                         f"(got {policy.dtype} {tuple(policy.shape)})")
+    if bool(((policy < 0) | (policy >= _N_ACTIONS * _N_ACTIONS)).any()):
+        raise ValueError("policy entries must be joint actions a0 * 5 + a1 in [0, 25)")
+    return policy.cpu().numpy()
 
-    The state distribution is propagated exactly; by linearity this is done
-    backwards, ``P_h(s) = E[P_{h-1}(s') | s, policy(s)]`` with ``P_0`` the
-    indicator of terminal states, for all states at once.
 
-    Args:
-        solution (OracleSolution): output of :func:`solve`.
-        starts (Tensor): ``LongTensor [S, 3, 2]`` start positions.
-        horizon (int, optional): number of steps. (default: ``10``)
-
-    Returns:
-        Tensor: ``float64 [S]`` capture probabilities.
-    """
-    if isinstance(horizon, bool) or not isinstance(horizon, int) or horizon < 0:
-        raise ValueError(f"horizon must be a non-negative integer (got {horizon!r})")
-    cells = _flat_cells(starts, solution.grid_size)
-    model = _Model(solution.grid_size)
-    c = model.n_cells
-    policy = solution.policy.numpy()
-    idx = np.arange(c)
+def _backup(model: _Model, policy: np.ndarray, value: np.ndarray, caught_value: float) -> np.ndarray:
+    """``value'(s) = W[move(s0, a0), move(s1, a1), f]`` under a deterministic joint policy."""
+    idx = np.arange(model.n_cells)
     n0 = model.move[idx[:, None, None], policy // _N_ACTIONS]  # [C, C, C]
     n1 = model.move[idx[None, :, None], policy % _N_ACTIONS]
     f = np.broadcast_to(idx[None, None, :], n0.shape)
+    return model.after_fly(value, caught_value)[n0, n1, f]
+
+
+def policy_capture(grid_size: int, policy: Tensor, horizon: int = 10) -> Tensor:
+    """Exact probability that a joint policy catches the fly within ``horizon`` steps.
+
+    The state distribution is propagated exactly; by linearity this is done
+    backwards, ``P_h(s) = E[P_{h-1}(s') | s, policy(s)]`` with ``P_0`` the indicator
+    of terminal states, for all states at once.
+
+    Args:
+        grid_size (int): side length ``N`` of the grid.
+        policy (Tensor): ``long [N*N, N*N, N*N]`` joint action ``a0 * 5 + a1`` per
+            state ``[s0, s1, f]`` (ignored at terminal states).
+        horizon (int, optional): number of steps. (default: ``10``)
+
+    Returns:
+        Tensor: ``float64 [N*N, N*N, N*N]`` capture probabilities.
+    """
+    _check_grid_size(grid_size)
+    if isinstance(horizon, bool) or not isinstance(horizon, int) or horizon < 0:
+        raise ValueError(f"horizon must be a non-negative integer (got {horizon!r})")
+    model, pol = _Model(grid_size), _check_policy(policy, grid_size)
     prob = model.caught.astype(np.float64)
     for _ in range(horizon):
-        prob = model.after_fly(prob, 1.0)[n0, n1, f]
+        prob = _backup(model, pol, prob, 1.0)
         prob[model.caught] = 1.0
-    out = torch.from_numpy(np.ascontiguousarray(prob))
-    return out[cells[:, 0], cells[:, 1], cells[:, 2]]
+    return torch.from_numpy(np.ascontiguousarray(prob))
+
+
+def policy_steps(grid_size: int, policy: Tensor, horizon: int) -> Tensor:
+    """Exact expected episode length ``E[min(T, horizon)]`` of a joint policy.
+
+    ``T`` is the step of capture; an episode not ended by ``horizon`` counts
+    ``horizon`` steps, as a truncated test episode does. Policy evaluation,
+    ``L_h(s) = 1 + E[L_{h-1}(s') | s, policy(s)]`` (``0`` at terminal states).
+
+    Args:
+        grid_size (int): side length ``N`` of the grid.
+        policy (Tensor): ``long [N*N, N*N, N*N]`` joint actions, as in
+            :func:`policy_capture`.
+        horizon (int): the episode step limit.
+
+    Returns:
+        Tensor: ``float64 [N*N, N*N, N*N]``.
+    """
+    _check_grid_size(grid_size)
+    if isinstance(horizon, bool) or not isinstance(horizon, int) or horizon < 0:
+        raise ValueError(f"horizon must be a non-negative integer (got {horizon!r})")
+    model, pol = _Model(grid_size), _check_policy(policy, grid_size)
+    steps = np.zeros((model.n_cells,) * 3)
+    for _ in range(horizon):
+        steps = 1.0 + _backup(model, pol, steps, 0.0)
+        steps[model.caught] = 0.0
+    return torch.from_numpy(np.ascontiguousarray(steps))
+
+
+def capture_within(solution: OracleSolution, starts: Tensor, horizon: int = 10) -> Tensor:
+    """Exact probability that the oracle policy catches the fly within ``horizon``
+    steps from each of ``starts`` (``LongTensor [S, 3, 2]``); ``float64 [S]``.
+    See :func:`policy_capture`."""
+    cells = _flat_cells(starts, solution.grid_size)
+    prob = policy_capture(solution.grid_size, solution.policy, horizon)
+    return prob[cells[:, 0], cells[:, 1], cells[:, 2]]
 
 
 def summary(grid_size: int, horizon: int = 10) -> dict:

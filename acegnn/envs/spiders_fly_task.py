@@ -17,8 +17,9 @@ from torch import Tensor
 from torch_geometric.data import Batch
 
 from acegnn.envs.base import Transition, VecTask
-from acegnn.envs.oracle import OracleSolution, solve
-from acegnn.envs.spiders_fly import ACTION_NAMES, SpidersFlyEnv, action_mask_for, cell_coords
+from acegnn.envs.oracle import OracleSolution, policy_capture, policy_steps, solve
+from acegnn.envs.spiders_fly import (ACTION_NAMES, SpidersFlyEnv, action_mask_for, cell_coords,
+                                    valid_starts)
 from acegnn.graph import ActionKind, GraphSchema, dense_actions
 from acegnn.graph.dense import dense_batch
 
@@ -129,6 +130,47 @@ class SpidersFlyTask(VecTask):
         return {"success_rate": float((caught & (steps <= self.success_steps)).float().mean()),
                 "mean_steps": mean_steps, "oracle_steps": float(oracle.mean()),
                 "steps_gap": mean_steps - float(oracle.mean())}
+
+    def policy_table(self, act: Callable[[Batch], Tensor], chunk: int = 8192) -> Tensor:
+        """The joint action ``a0 * 5 + a1`` that ``act`` takes in every state,
+        ``long [N*N, N*N, N*N]`` indexed by the flat cells of (spider 0, spider 1, fly);
+        ``0`` where a spider is on the fly (terminal)."""
+        n, c = self.grid_size, self.grid_size ** 2
+        cells = torch.cartesian_prod(torch.arange(c), torch.arange(c), torch.arange(c))
+        live = (cells[:, 0] != cells[:, 2]) & (cells[:, 1] != cells[:, 2])
+        table = torch.zeros(c ** 3, dtype=torch.long)
+        rows = live.nonzero().view(-1)
+        for part in rows.split(chunk):
+            a = act(spiders_fly_graphs(cell_coords(cells[part], n), n)).view(-1, 2).cpu()
+            table[part] = a[:, 0] * len(ACTION_NAMES) + a[:, 1]
+        return table.view(c, c, c)
+
+    def exact_evaluate(self, act: Callable[[Batch], Tensor]) -> Dict[str, float]:
+        """Noise-free evaluation of a deterministic policy over every valid start.
+
+        The policy is tabulated on all states (:meth:`policy_table`) and evaluated
+        exactly with the fly's move taken in expectation, as the oracle is. Each valid
+        start weighs the same, which is the start distribution of the environment.
+
+        Returns:
+            ``exact_success_rate`` (mean probability of capture within
+            ``success_steps``), ``exact_worst_success`` (its minimum over starts: 1.0
+            means every test episode succeeds, whatever the fly does),
+            ``exact_mean_steps`` and ``exact_oracle_steps`` (expected episode length,
+            truncated at ``time_limit`` like a test episode) and ``exact_steps_gap``.
+        """
+        n = self.grid_size
+        table = self.policy_table(act)
+        start = valid_starts(n)
+        s = start[..., 0] * n + start[..., 1]  # [S, 3] flat cells
+        at = lambda t: t[s[:, 0], s[:, 1], s[:, 2]]  # noqa: E731
+        success = at(policy_capture(n, table, self.success_steps))
+        steps = float(at(policy_steps(n, table, self.time_limit)).mean())
+        oracle = float(at(policy_steps(n, oracle_solution(n).policy, self.time_limit)).mean())
+        return {"exact_success_rate": float(success.mean()),
+                "exact_worst_success": float(success.min()),
+                "exact_mean_steps": steps, "exact_oracle_steps": oracle,
+                "exact_steps_gap": steps - oracle}
 
     def state_dict(self) -> dict:
         return {"cells": self.env.cells, "t": self.env.t.clone(),
