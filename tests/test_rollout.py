@@ -135,6 +135,15 @@ def test_chosen_only_values_match_full_rollout(pool):
     g_only = torch.autograd.grad(only.chosen_value.sum(), list(net.parameters()), allow_unused=True)
     for a, c in zip(g_full, g_only):
         assert (a is None) == (c is None) and (a is None or torch.allclose(a, c, atol=1e-5))
+    succ = net.rollout(b, order=explored.rank, actions=explored.actions, values="successors")
+    first = succ.rank == 0
+    assert torch.allclose(succ.chosen_value, full.chosen_value, atol=1e-6)
+    assert torch.allclose(succ.max_value[~first], full.max_value[~first], atol=1e-6)
+    assert torch.equal(succ.greedy_ids[~first], full.greedy_ids[~first])
+    assert bool(succ.max_value[first].isnan().all())
+    later = ~first[succ.encoded.index.action_agent]
+    assert torch.allclose(succ.candidate_values[later].nan_to_num(),
+                          full.candidate_values[later].nan_to_num(), atol=1e-6)
     with pytest.raises(ValueError, match="needs the actions"):
         net.rollout(b, values="chosen")
     with pytest.raises(ValueError, match="values must be"):

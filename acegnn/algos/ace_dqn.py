@@ -105,7 +105,7 @@ class ACEDQN(QLearner):
             raise ValueError("no state of the batch has an agent: nothing to learn from")
         with torch.no_grad():
             target = self.target_net.rollout(graphs, order=online.rank, actions=actions,
-                                             check=False)
+                                             check=False, values="successors")
             next_t = self.target_net.rollout(next_graphs, order=cfg.order, max_steps=1,
                                              generator=generator, check=check)
             nxt = online.next_agent.clamp(min=0)

@@ -138,17 +138,18 @@ def sequential_rollout(
             only the first agent's candidates, as the Bellman target of the last agent
             needs at the next state). (default: all agents)
         check (bool, optional): Validate the input. (default: :obj:`True`)
-        values (str, optional): ``"all"`` values every candidate; ``"chosen"`` (needs
-            ``actions``) values only the SE-states the given actions lead to, which is
-            all a learner needs for the predicted side of the TD loss and costs about
-            one candidate per agent instead of all of them. ``max_value``,
-            ``greedy_ids`` and the other candidates are then NaN / ``-1``.
-            (default: :obj:`"all"`)
+        values (str, optional): Which candidates to value. ``"all"``: every one.
+            ``"chosen"`` (needs ``actions``): only the SE-states the given actions lead
+            to, all that the predicted side of a TD loss needs, at about one candidate
+            per agent. ``"successors"`` (needs ``actions``): ``"chosen"`` for the first
+            agent and ``"all"`` after it, all that Eq. 1 targets inside a state need.
+            Where only the chosen candidate is valued, ``max_value``, ``greedy_ids``
+            and the other candidates are NaN / ``-1``. (default: :obj:`"all"`)
     """
-    if values not in ("all", "chosen"):
-        raise ValueError(f"values must be 'all' or 'chosen' (got {values!r})")
-    if values == "chosen" and actions is None:
-        raise ValueError("values='chosen' needs the actions to follow")
+    if values not in ("all", "chosen", "successors"):
+        raise ValueError(f"values must be 'all', 'chosen' or 'successors' (got {values!r})")
+    if values != "all" and actions is None:
+        raise ValueError(f"values={values!r} needs the actions to follow")
     if not 0.0 <= float(epsilon) <= 1.0:
         raise ValueError(f"epsilon must be in [0, 1] (got {epsilon})")
     enc = net.encode(data, check=check)
@@ -188,13 +189,14 @@ def sequential_rollout(
     hidden = head.unit_hidden(units)
     for k in range(num_steps):
         c, acting = cand_by_step[k], agents_by_step[k]
-        if values == "chosen":
+        only_chosen = values == "chosen" or (values == "successors" and k == 0)
+        if only_chosen:
             c = forced[acting]
         base = head.pool_base(units, idx, hidden)
         rows = candidate_rows(units, enc, c)
         v = head.candidate_values(base, idx, idx.action_batch[c], rows)  # [C]
         cand_values = cand_values.index_put((c,), v)
-        if values == "chosen":
+        if only_chosen:
             if bool(torch.isnan(v).any()):
                 raise FloatingPointError(NAN_VALUES)
             chosen_ids[acting] = c
