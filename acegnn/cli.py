@@ -44,6 +44,13 @@ def cmd_train(args: argparse.Namespace) -> int:
     learner = make_learner(cfg, task)
     trainer = Trainer(task, learner, cfg.train, cfg.seed, run_dir, to_dict(cfg))
     print(f"run directory: {run_dir}", file=sys.stderr)
+    if args.resume:
+        trainer.load()  # refuses a checkpoint made with a different config
+        if args.overrides:  # a raised budget stays raised when the run is resumed again
+            tmp = os.path.join(run_dir, "config.yaml.tmp")
+            with open(tmp, "w") as f:
+                f.write(to_yaml(cfg))
+            os.replace(tmp, os.path.join(run_dir, "config.yaml"))
     summary = trainer.train(resume=bool(args.resume))
     print(json.dumps(summary))
     return 0

@@ -176,6 +176,27 @@ def test_replay_buffer_wraps_and_checks_shapes():
                 torch.zeros(6, dtype=torch.bool), big)
 
 
+def test_replay_buffer_grows_only_when_it_never_wrapped():
+    from acegnn.buffers import ReplayBuffer
+
+    def filled(capacity, rows):
+        buf = ReplayBuffer(capacity, {"p": ((2,), torch.int8)}, n_agents=2)
+        obs = {"p": torch.arange(rows).view(rows, 1).expand(rows, 2)}
+        buf.add(obs, torch.zeros(rows, 2, dtype=torch.long), torch.arange(float(rows)),
+                torch.zeros(rows, dtype=torch.bool), obs)
+        return buf
+
+    big = ReplayBuffer(8, {"p": ((2,), torch.int8)}, n_agents=2)
+    big.load_state_dict(filled(6, 4).state_dict())  # 4 of 6 rows used: grows to 8
+    assert len(big) == 4 and big.pos == 4 and big.reward[:4].tolist() == [0.0, 1.0, 2.0, 3.0]
+    g1, g2 = torch.Generator().manual_seed(0), torch.Generator().manual_seed(0)
+    assert torch.equal(big.sample(5, g1).reward, filled(8, 4).sample(5, g2).reward)
+    with pytest.raises(ValueError, match="capacity 4 differs"):
+        big.load_state_dict(filled(4, 4).state_dict())  # full: may have wrapped
+    with pytest.raises(ValueError, match="capacity 9 differs"):
+        big.load_state_dict(filled(9, 2).state_dict())  # never shrinks
+
+
 def test_logger_widens_columns(tmp_path):
     from acegnn.utils.logger import Logger
     import csv

@@ -99,6 +99,20 @@ def test_eval_rejects_a_bad_checkpoint(tmp_path, capsys):
     assert "cannot read the checkpoint" in capsys.readouterr().err
 
 
+def test_raising_the_budget_on_resume_continues_exactly(tmp_path):
+    assert train(tmp_path, "long", "train.total_samples=2048") == 0
+    assert train(tmp_path, "short") == 0  # 1536 samples, a smaller replay buffer
+    short = tmp_path / "short"
+    assert main(["train", "--resume", str(short), "train.total_samples=2048"]) == 0
+    assert read_csv(tmp_path / "long" / "train.csv") == read_csv(short / "train.csv")
+    assert read_csv(tmp_path / "long" / "eval.csv") == read_csv(short / "eval.csv")
+    a = torch.load(tmp_path / "long" / "checkpoint.pt", weights_only=True)
+    b = torch.load(short / "checkpoint.pt", weights_only=True)
+    for k, v in a["learner"]["net"].items():
+        assert torch.equal(v, b["learner"]["net"][k]), k
+    assert load_config(str(short / "config.yaml")).train.total_samples == 2048
+
+
 def test_resume_with_a_changed_config_is_refused(tmp_path, capsys):
     assert train(tmp_path, "a", "train.halt_after=512") == 3
     assert main(["train", "--resume", str(tmp_path / "a"), "algo.lr=0.1"]) == 2

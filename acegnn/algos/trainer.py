@@ -130,6 +130,7 @@ class Trainer:
         self.ep_return = torch.zeros(task.num_envs)
         self.ep_length = torch.zeros(task.num_envs, dtype=torch.long)
         self.logger: Optional[Logger] = None
+        self.loaded = False  # state restored from a checkpoint
 
     # One round ------------------------------------------------------------------------
     def collect(self) -> Dict[str, float]:
@@ -208,11 +209,12 @@ class Trainer:
         self.samples_to_success = state["samples_to_success"]
         self.last_eval = state["last_eval"]
         self.ep_return, self.ep_length = state["ep_return"], state["ep_length"]
+        self.loaded = True
 
     # The loop -------------------------------------------------------------------------
     def train(self, resume: bool = False) -> Dict[str, float]:
         cfg = self.cfg
-        if resume:
+        if resume and not self.loaded:
             self.load()
         self.logger = Logger(self.run_dir, resume_step=self.samples if resume else None)
         print(f"replay buffer: {self.buffer.capacity} transitions, "
@@ -265,8 +267,10 @@ class Trainer:
                 **{f"eval_{k}": v for k, v in self.last_eval.items()}}
 
 
-#: Config keys that may differ between a run and its resumption.
-RESUMABLE_KEYS = ("halt_after", "progress")
+#: Config keys that may differ between a run and its resumption: raising
+#: ``total_samples`` (or dropping ``stop_on_success``) trains a finished run further,
+#: exactly as a run started with the larger budget would have gone on.
+RESUMABLE_KEYS = ("halt_after", "progress", "total_samples", "stop_on_success")
 
 
 def comparable(config: dict) -> dict:

@@ -101,7 +101,12 @@ class ReplayBuffer:
                 "terminated": self.terminated[:n].clone()}
 
     def load_state_dict(self, state: dict) -> None:
-        if state["capacity"] != self.capacity:
+        """Restore a saved buffer. A larger buffer may take a saved one that never wrapped
+        around (a run whose sample budget was raised on resume); its rows keep their
+        places, so sampling continues exactly as in a buffer that had been large from
+        the start."""
+        grows = state["capacity"] < self.capacity and state["size"] < state["capacity"]
+        if state["capacity"] != self.capacity and not grows:
             raise ValueError(f"checkpoint buffer capacity {state['capacity']} differs from "
                              f"{self.capacity}")
         n = state["size"]
