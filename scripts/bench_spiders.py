@@ -8,7 +8,8 @@ greedy policy catches the fly within 10 steps in all 32 test episodes (the paper
 (the paper's "steps"): exactly, with the fly's moves in expectation over every valid
 start, and as the mean of `--gap-episodes` fresh test episodes. Runs go in parallel
 processes with one thread each; a run directory that already holds a checkpoint is
-resumed, so an interrupted benchmark continues where it stopped.
+resumed, so an interrupted benchmark continues where it stopped, and a larger
+`--max-samples-N` trains finished runs further.
 
     python scripts/bench_spiders.py                          # ACE row: 5 seeds, 5x5 and 7x7
     python scripts/bench_spiders.py --grids 5 --seeds 0 1 --json out.json
@@ -55,8 +56,10 @@ def run_one(method: str, grid: int, seed: int, ns: argparse.Namespace) -> dict:
     cmd = [sys.executable, "-m", "acegnn.cli", "train", cfg, f"seed={seed}", *algo,
            f"run.dir={ns.run_dir}", f"run.name={name}", "train.progress=false",
            f"train.total_samples={ns.total_samples[grid]}", *ns.overrides]
-    if os.path.exists(os.path.join(run_dir, "checkpoint.pt")):
-        cmd = [sys.executable, "-m", "acegnn.cli", "train", "--resume", run_dir]
+    if os.path.exists(os.path.join(run_dir, "checkpoint.pt")):  # go on, maybe further
+        cmd = [sys.executable, "-m", "acegnn.cli", "train", "--resume", run_dir,
+               "train.progress=false", f"train.total_samples={ns.total_samples[grid]}",
+               *ns.overrides]
     t0 = time.perf_counter()
     out = subprocess.run(cmd, env=env, capture_output=True, text=True)
     if out.returncode != 0:

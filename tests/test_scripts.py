@@ -27,16 +27,21 @@ def test_bench_rollout_writes_records(tmp_path):
 
 def test_bench_spiders_writes_records(tmp_path):
     out = tmp_path / "s.json"
-    text = run(["scripts/bench_spiders.py", "--grids", "5", "--seeds", "0", "--jobs", "1",
-                "--max-samples-5", "512", "--gap-episodes", "4", "--run-dir", str(tmp_path),
-                "--json", str(out), "--", "train.samples_per_collect=256",
-                "train.batch_size=16", "train.updates_per_collect=1", "model.hidden=8",
-                "train.eval_every=256", "train.eval_episodes=2", "train.learning_starts=256"])
+    args = ["scripts/bench_spiders.py", "--grids", "5", "--seeds", "0", "--jobs", "1",
+            "--max-samples-5", "512", "--gap-episodes", "4", "--run-dir", str(tmp_path),
+            "--json", str(out), "--", "train.samples_per_collect=256", "train.batch_size=16",
+            "train.updates_per_collect=1", "model.hidden=8", "train.eval_every=256",
+            "train.eval_episodes=2", "train.learning_starts=256", "train.stop_on_success=false"]
+    text = run(args)
     (rec,) = json.loads(out.read_text())
     for key in ("grid", "seed", "samples_to_100", "steps_gap", "wall_s"):
         assert key in rec
     assert rec["grid"] == 5 and rec["seed"] == 0 and rec["samples"] == 512
     assert "| ACE | 5x5 |" in text
+    args[args.index("--max-samples-5") + 1] = "768"  # the same runs, trained further
+    run(args)
+    (rec,) = json.loads(out.read_text())
+    assert rec["samples"] == 768
 
 
 def test_table1_with_baselines_writes_markdown_and_plot(tmp_path):
