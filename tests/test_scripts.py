@@ -99,3 +99,11 @@ def test_joint_argmax_takes_the_best_final_value():
                     best[i] = max(best[i], v)
         got = net.rollout(g, actions=arg.view(-1)).chosen_value.view(-1, 2)[:, 1]
     assert torch.allclose(got, best, atol=1e-6)
+
+
+def test_bench_update_prints_timings():
+    text = run(["scripts/bench_update.py", "configs/spiders_fly_5x5.yaml", "model.hidden=8",
+                "train.batch_size=16", "train.samples_per_collect=64", "train.learning_starts=64",
+                "--repeats", "1", "--updates", "1", "--compare-all-values"])
+    rec = json.loads(text.strip().splitlines()[-1])
+    assert rec["batch_size"] == 16 and rec["update_ms"] > 0 and rec["all_values_update_ms"] > 0

@@ -1,0 +1,78 @@
+#!/usr/bin/env python
+"""Time one learner update (a replayed batch through the TD loss and the optimiser).
+
+Builds the task and learner of a config, fills the replay buffer with a few collects, and
+times ``learner.update`` on a fixed batch. With ``--compare-all-values`` (ACE only) it
+alternates with an update whose rollouts value every candidate, the path before the
+``values="chosen"`` / ``"successors"`` passes, so both see the same machine load.
+
+    python scripts/bench_update.py configs/spiders_fly_5x5.yaml --compare-all-values
+    python scripts/bench_update.py configs/spiders_fly_5x5_baselines.yaml algo.name=qmix
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import tempfile
+import time
+
+import torch
+
+import acegnn.nn.ace as ace_module
+from acegnn.algos.trainer import Trainer
+from acegnn.config import load_config, make_learner, make_task
+from acegnn.nn.rollout import sequential_rollout
+
+
+def _all_values(*args, **kwargs):
+    kwargs["values"] = "all"
+    return sequential_rollout(*args, **kwargs)
+
+
+def main(argv=None) -> dict:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("config")
+    p.add_argument("overrides", nargs="*")
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--repeats", type=int, default=6, help="timed rounds (median reported)")
+    p.add_argument("--updates", type=int, default=10, help="updates per round")
+    p.add_argument("--compare-all-values", action="store_true")
+    ns = p.parse_args(argv)
+    torch.set_num_threads(ns.threads)
+    with tempfile.TemporaryDirectory() as tmp:
+        cfg = load_config(ns.config, [*ns.overrides, f"run.dir={tmp}", "train.progress=false"])
+        task = make_task(cfg)
+        learner = make_learner(cfg, task)
+        trainer = Trainer(task, learner, cfg.train, cfg.seed, tmp)
+        while len(trainer.buffer) < max(cfg.train.batch_size, cfg.train.learning_starts):
+            trainer.collect()
+    s = trainer.buffer.sample(cfg.train.batch_size, trainer.sample_gen)
+    graphs, next_graphs = task.graphs(s.obs), task.graphs(s.next_obs)
+    actions = s.actions.view(-1)
+
+    def update():
+        learner.update(graphs, actions, s.reward, s.terminated, next_graphs)
+
+    modes = {"update_ms": sequential_rollout}
+    if ns.compare_all_values:
+        modes["all_values_update_ms"] = _all_values
+    times = {k: [] for k in modes}
+    for _ in range(ns.repeats):
+        for key, fn in modes.items():
+            ace_module.sequential_rollout = fn
+            update()
+            t0 = time.perf_counter()
+            for _ in range(ns.updates):
+                update()
+            times[key].append((time.perf_counter() - t0) / ns.updates * 1e3)
+    ace_module.sequential_rollout = sequential_rollout
+    out = {"config": ns.config, "overrides": ns.overrides, "algo": cfg.algo.name,
+           "batch_size": cfg.train.batch_size, "threads": ns.threads,
+           **{k: statistics.median(v) for k, v in times.items()}}
+    print(json.dumps(out))
+    return out
+
+
+if __name__ == "__main__":
+    main()
