@@ -26,6 +26,16 @@ def read_csv(path, drop=("env_steps_per_s",)):
         return [{k: v for k, v in row.items() if k not in drop} for row in csv.DictReader(f)]
 
 
+def assert_same_run(a, b):
+    """Two run directories logged the same metrics and ended with the same weights."""
+    assert read_csv(a / "train.csv") == read_csv(b / "train.csv")
+    assert read_csv(a / "eval.csv") == read_csv(b / "eval.csv")
+    wa = torch.load(a / "checkpoint.pt", weights_only=True)["learner"]["net"]
+    wb = torch.load(b / "checkpoint.pt", weights_only=True)["learner"]["net"]
+    for k, v in wa.items():
+        assert torch.equal(v, wb[k]), k
+
+
 def test_smoke_run_writes_logs_and_checkpoint(tmp_path, capsys):
     assert train(tmp_path, "a") == 0
     run = tmp_path / "a"
@@ -58,12 +68,7 @@ def test_resume_gives_the_same_result(tmp_path):
     cut = tmp_path / "cut"
     assert int(read_csv(cut / "train.csv")[-1]["samples"]) == 768
     assert main(["train", "--resume", str(cut)]) == 0
-    assert read_csv(tmp_path / "full" / "train.csv") == read_csv(cut / "train.csv")
-    assert read_csv(tmp_path / "full" / "eval.csv") == read_csv(cut / "eval.csv")
-    a = torch.load(tmp_path / "full" / "checkpoint.pt", weights_only=True)
-    b = torch.load(cut / "checkpoint.pt", weights_only=True)
-    for k, v in a["learner"]["net"].items():
-        assert torch.equal(v, b["learner"]["net"][k]), k
+    assert_same_run(tmp_path / "full", cut)
 
 
 def test_existing_run_is_not_overwritten(tmp_path, capsys):
@@ -104,12 +109,7 @@ def test_raising_the_budget_on_resume_continues_exactly(tmp_path):
     assert train(tmp_path, "short") == 0  # 1536 samples, a smaller replay buffer
     short = tmp_path / "short"
     assert main(["train", "--resume", str(short), "train.total_samples=2048"]) == 0
-    assert read_csv(tmp_path / "long" / "train.csv") == read_csv(short / "train.csv")
-    assert read_csv(tmp_path / "long" / "eval.csv") == read_csv(short / "eval.csv")
-    a = torch.load(tmp_path / "long" / "checkpoint.pt", weights_only=True)
-    b = torch.load(short / "checkpoint.pt", weights_only=True)
-    for k, v in a["learner"]["net"].items():
-        assert torch.equal(v, b["learner"]["net"][k]), k
+    assert_same_run(tmp_path / "long", short)
     assert load_config(str(short / "config.yaml")).train.total_samples == 2048
 
 
