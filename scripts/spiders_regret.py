@@ -28,6 +28,7 @@ import torch
 from acegnn.algos.ace_dqn import ACEDQN
 from acegnn.algos.trainer import CHECKPOINT, load_checkpoint
 from acegnn.config import from_dict, make_learner, make_task
+from acegnn.envs.spiders_fly_task import live_states
 
 
 @torch.no_grad()
@@ -73,9 +74,7 @@ def main(argv=None) -> dict:
         out[f"{name}_steps_gap"] = r["exact_steps_gap"]
         out[f"{name}_success_rate"] = r["exact_success_rate"]
     a, b = task.policy_table(seq), task.policy_table(joint)
-    c = torch.arange(task.grid_size ** 2)
-    live = (c[:, None, None] != c[None, None, :]) & (c[None, :, None] != c[None, None, :])
-    out["disagree"] = float((a != b)[live].float().mean())
+    out["disagree"] = float((a != b)[live_states(task.grid_size)].float().mean())
     print(json.dumps(out))
     if ns.json:
         with open(ns.json, "w") as f:

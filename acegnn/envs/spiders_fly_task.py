@@ -48,6 +48,13 @@ def oracle_solution(grid_size: int) -> OracleSolution:
     return solve(grid_size)
 
 
+def live_states(grid_size: int) -> Tensor:
+    """``bool [N*N, N*N, N*N]``: no spider on the fly, indexed by the flat cells of
+    (spider 0, spider 1, fly)."""
+    c = torch.arange(grid_size ** 2)
+    return (c[:, None, None] != c[None, None, :]) & (c[None, :, None] != c[None, None, :])
+
+
 def spiders_fly_graphs(positions: Tensor, grid_size: int) -> Batch:
     """Graph batch of positions ``[B, 3, 2]`` (spider 0, spider 1, fly)."""
     schema = spiders_fly_schema()
@@ -137,9 +144,8 @@ class SpidersFlyTask(VecTask):
         ``0`` where a spider is on the fly (terminal)."""
         n, c = self.grid_size, self.grid_size ** 2
         cells = torch.cartesian_prod(torch.arange(c), torch.arange(c), torch.arange(c))
-        live = (cells[:, 0] != cells[:, 2]) & (cells[:, 1] != cells[:, 2])
         table = torch.zeros(c ** 3, dtype=torch.long)
-        rows = live.nonzero().view(-1)
+        rows = live_states(n).view(-1).nonzero().view(-1)
         for part in rows.split(chunk):
             a = act(spiders_fly_graphs(cell_coords(cells[part], n), n)).view(-1, 2).cpu()
             table[part] = a[:, 0] * len(ACTION_NAMES) + a[:, 1]
