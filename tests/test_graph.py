@@ -154,6 +154,28 @@ def test_spiders_fly_graph_features():
     assert avail.tolist() == [[True, False, True, False, True], [True, True, False, True, True]]
 
 
+def test_spiders_fly_onehot_features():
+    from acegnn.config import load_config
+    from acegnn.envs.spiders_fly_task import spiders_fly_graphs
+
+    pos = torch.tensor([[[0, 0], [4, 2], [1, 4]]])
+    scalar, onehot = spiders_fly_graphs(pos, 5), spiders_fly_graphs(pos, 5, "onehot")
+    assert onehot["spider"].x.shape == (2, 5 + 10) and onehot["fly"].x.shape == (1, 15)
+    assert torch.equal(onehot["spider"].x[:, :5], scalar["spider"].x)  # scalar part kept
+    # row one-hot then column one-hot: spider 1 at (4, 2), the fly at (1, 4)
+    assert onehot["spider"].x[1, 5:].nonzero().view(-1).tolist() == [4, 5 + 2]
+    assert onehot["fly"].x[0, 5:].nonzero().view(-1).tolist() == [1, 5 + 4]
+    et = ("spider", "near", "fly")  # fly - spider: (1, 4) and (-3, 2), offset by N - 1 = 4
+    attr = onehot[et].edge_attr
+    assert attr.shape == (2, 2 + 18) and torch.equal(attr[:, :2], scalar[et].edge_attr)
+    assert attr[0, 2:].nonzero().view(-1).tolist() == [1 + 4, 9 + 4 + 4]
+    assert attr[1, 2:].nonzero().view(-1).tolist() == [-3 + 4, 9 + 2 + 4]
+    task = load_config(None, ["env.features=onehot", "env.grid_size=7"]).env.make(0)
+    assert task.schema.node_types["spider"] == 5 + 14 and task.graphs(task.observe())["fly"].x.size(1) == 19
+    with pytest.raises(ValueError, match="features 'binary'"):
+        load_config(None, ["env.features=binary"])
+
+
 def test_replay_buffer_wraps_and_checks_shapes():
     from acegnn.buffers import ReplayBuffer
 

@@ -67,8 +67,12 @@ def test_resume_gives_the_same_result(tmp_path):
     assert train(tmp_path, "cut", "train.halt_after=768") == 3  # "killed" after a checkpoint
     cut = tmp_path / "cut"
     assert int(read_csv(cut / "train.csv")[-1]["samples"]) == 768
+    first = torch.load(cut / "checkpoint.pt", weights_only=True)["wall_s"]
     assert main(["train", "--resume", str(cut)]) == 0
     assert_same_run(tmp_path / "full", cut)
+    # the run's wall-clock adds the sessions up (the bench reports it per run)
+    second = torch.load(cut / "checkpoint.pt", weights_only=True)["wall_s"]
+    assert 0 < first < second
 
 
 def test_existing_run_is_not_overwritten(tmp_path, capsys):

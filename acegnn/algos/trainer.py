@@ -126,6 +126,9 @@ class Trainer:
         self.sample_gen = torch.Generator().manual_seed(seed * 2 + 2)
         self.samples = self.updates = 0
         self.samples_to_success: Optional[int] = None
+        self.wall_s = 0.0  # training wall-clock of earlier sessions of this run (resume)
+        self.wall_to_success: Optional[float] = None
+        self._session_start: Optional[float] = None  # perf_counter() while train() runs
         self.last_eval: Dict[str, float] = {}
         self.ep_return = torch.zeros(task.num_envs)
         self.ep_length = torch.zeros(task.num_envs, dtype=torch.long)
@@ -186,6 +189,7 @@ class Trainer:
     def state_dict(self) -> dict:
         return {"version": CHECKPOINT_VERSION, "config": self.config, "samples": self.samples,
                 "updates": self.updates, "samples_to_success": self.samples_to_success,
+                "wall_s": self.elapsed(), "wall_to_success": self.wall_to_success,
                 "last_eval": dict(self.last_eval), "learner": self.learner.state_dict(),
                 "buffer": self.buffer.state_dict(), "task": self.task.state_dict(),
                 "collect_gen": self.collect_gen.get_state(),
@@ -207,9 +211,16 @@ class Trainer:
         self.sample_gen.set_state(state["sample_gen"])
         self.samples, self.updates = state["samples"], state["updates"]
         self.samples_to_success = state["samples_to_success"]
+        # checkpoints older than the wall-clock fields count from this session
+        self.wall_s, self.wall_to_success = state.get("wall_s", 0.0), state.get("wall_to_success")
         self.last_eval = state["last_eval"]
         self.ep_return, self.ep_length = state["ep_return"], state["ep_length"]
         self.loaded = True
+
+    def elapsed(self) -> float:
+        """Training wall-clock of this run in seconds, summed over resumed sessions."""
+        start = self._session_start
+        return self.wall_s + (time.perf_counter() - start if start is not None else 0.0)
 
     # The loop -------------------------------------------------------------------------
     def train(self, resume: bool = False) -> Dict[str, float]:
@@ -225,7 +236,8 @@ class Trainer:
 
             bar = tqdm(total=cfg.total_samples, initial=self.samples, unit="step",
                        dynamic_ncols=True)
-        start, start_samples = time.perf_counter(), self.samples
+        self._session_start, start_samples = time.perf_counter(), self.samples
+        start = self._session_start
         last_ckpt = self.samples
         try:
             while self.samples < cfg.total_samples and not (cfg.stop_on_success and
@@ -242,6 +254,7 @@ class Trainer:
                     self.last_eval = self.evaluate()
                     if self.last_eval.get("success_rate") == 1.0 and self.samples_to_success is None:
                         self.samples_to_success = self.samples
+                        self.wall_to_success = self.elapsed()
                     self.logger.log("eval", self.samples, self.last_eval)
                 if bar is not None:
                     bar.update(self.samples - before)
@@ -257,12 +270,14 @@ class Trainer:
                     raise Halted(f"halted after {self.samples} samples (train.halt_after)")
             self.save()
         finally:
+            self.wall_s, self._session_start = self.elapsed(), None
             if bar is not None:
                 bar.close()
             self.logger.close()
         wall = time.perf_counter() - start
         return {"samples": self.samples, "updates": self.updates,
-                "samples_to_success": self.samples_to_success, "wall_s": wall,
+                "samples_to_success": self.samples_to_success, "wall_s": self.elapsed(),
+                "wall_to_success_s": self.wall_to_success,
                 "env_steps_per_s": (self.samples - start_samples) / max(wall, 1e-9),
                 **{f"eval_{k}": v for k, v in self.last_eval.items()}}
 

@@ -5,6 +5,11 @@ id one-hot (spider 0, spider 1, fly) and the position scaled to ``[0, 1]``. Ever
 ordered pair of units is an edge whose features are the distance on the two axes,
 ``(dst - src) / (N - 1)``. Actions stay/up/down/left/right only have an active
 embedding (no target unit).
+
+``features="onehot"`` encodes the same information a second time as one-hots: the row
+and column of each unit (``N`` each) and the signed distance on each axis (``2N - 1``
+each), so that walls, corners and adjacency are single input units rather than
+thresholds of a scalar. The schema then depends on ``N``.
 """
 from __future__ import annotations
 
@@ -13,6 +18,7 @@ from functools import lru_cache
 from typing import Callable, Dict, Optional
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 from torch_geometric.data import Batch
 
@@ -24,7 +30,8 @@ from acegnn.graph import ActionKind, GraphSchema, dense_actions
 from acegnn.graph.dense import dense_batch
 
 NODE_FEATURES = 5  # id one-hot (3) + (row, col) / (N - 1)
-EDGE_FEATURES = 2
+EDGE_FEATURES = 2  # (drow, dcol) / (N - 1)
+FEATURES = ("scalar", "onehot")
 EDGES = {
     ("spider", "near", "spider"): torch.tensor([[0, 1], [1, 0]]),
     ("spider", "near", "fly"): torch.tensor([[0, 1], [0, 0]]),
@@ -32,11 +39,23 @@ EDGES = {
 }
 
 
+def _feature_sizes(grid_size: Optional[int], features: str) -> tuple:
+    if features not in FEATURES:
+        raise ValueError(f"unknown Spiders-and-Fly features '{features}' (choose from {FEATURES})")
+    if features == "scalar":
+        return NODE_FEATURES, EDGE_FEATURES
+    if grid_size is None:
+        raise ValueError("features='onehot' needs the grid size")
+    return NODE_FEATURES + 2 * grid_size, EDGE_FEATURES + 2 * (2 * grid_size - 1)
+
+
 @lru_cache(maxsize=None)
-def spiders_fly_schema() -> GraphSchema:
+def spiders_fly_schema(grid_size: Optional[int] = None, features: str = "scalar") -> GraphSchema:
+    """Graph schema; ``grid_size`` only matters for ``features="onehot"``."""
+    node, edge = _feature_sizes(grid_size, features)
     return GraphSchema(
-        node_types={"spider": NODE_FEATURES, "fly": NODE_FEATURES},
-        edge_types={et: EDGE_FEATURES for et in EDGES},
+        node_types={"spider": node, "fly": node},
+        edge_types={et: edge for et in EDGES},
         agent_types=("spider",),
         action_kinds=tuple(ActionKind(name) for name in ACTION_NAMES),
     )
@@ -55,16 +74,24 @@ def live_states(grid_size: int) -> Tensor:
     return (c[:, None, None] != c[None, None, :]) & (c[None, :, None] != c[None, None, :])
 
 
-def spiders_fly_graphs(positions: Tensor, grid_size: int) -> Batch:
+def spiders_fly_graphs(positions: Tensor, grid_size: int, features: str = "scalar") -> Batch:
     """Graph batch of positions ``[B, 3, 2]`` (spider 0, spider 1, fly)."""
-    schema = spiders_fly_schema()
-    B = positions.size(0)
-    pos = positions.float() / (grid_size - 1)  # [B, 3, 2]
+    schema = spiders_fly_schema(grid_size if features != "scalar" else None, features)
+    B, n = positions.size(0), grid_size
+    cells = positions.long()
     ids = torch.eye(3).expand(B, 3, 3)
-    feats = torch.cat([ids, pos], dim=-1)  # [B, 3, 5]
+    feats = torch.cat([ids, cells.float() / (n - 1)], dim=-1)  # [B, 3, 5]
+    if features == "onehot":
+        feats = torch.cat([feats, F.one_hot(cells, n).flatten(-2).float()], dim=-1)
     x = {"spider": feats[:, :2], "fly": feats[:, 2:]}
-    unit = {"spider": pos[:, :2], "fly": pos[:, 2:]}
-    edge_attr = {et: unit[et[2]][:, ei[1]] - unit[et[0]][:, ei[0]] for et, ei in EDGES.items()}
+    unit = {"spider": cells[:, :2], "fly": cells[:, 2:]}
+    edge_attr = {}
+    for et, ei in EDGES.items():
+        delta = unit[et[2]][:, ei[1]] - unit[et[0]][:, ei[0]]  # [B, E, 2] in [-(N-1), N-1]
+        attr = delta.float() / (n - 1)
+        if features == "onehot":
+            attr = torch.cat([attr, F.one_hot(delta + n - 1, 2 * n - 1).flatten(-2).float()], -1)
+        edge_attr[et] = attr
     mask = action_mask_for(positions.long(), grid_size)  # [B, 2, 5]
     actions = dense_actions(schema, "spider", torch.arange(len(ACTION_NAMES)),
                             torch.ones(2, len(ACTION_NAMES), dtype=torch.bool))
@@ -81,17 +108,20 @@ class SpidersFlyTask(VecTask):
         seed (int, optional): Seed of the environments' generator. (default: :obj:`0`)
         success_steps (int, optional): Evaluation success means a capture within this
             many steps. (default: :obj:`10`)
+        features (str, optional): Input encoding, ``"scalar"`` (the paper's table) or
+            ``"onehot"`` (see the module docstring). (default: :obj:`"scalar"`)
     """
 
     n_agents = 2
 
     def __init__(self, grid_size: int = 5, num_envs: int = 8, time_limit: Optional[int] = None,
-                 seed: int = 0, success_steps: int = 10) -> None:
+                 seed: int = 0, success_steps: int = 10, features: str = "scalar") -> None:
         self.env = SpidersFlyEnv(grid_size, num_envs, time_limit, seed)
         self.success_steps = success_steps
         self.grid_size, self.num_envs = grid_size, num_envs
         self.time_limit = self.env.time_limit
-        self.schema = spiders_fly_schema()
+        self.features = features
+        self.schema = spiders_fly_schema(grid_size if features != "scalar" else None, features)
         self.obs_spec = {"positions": ((3, 2), torch.int8)}
 
     def observe(self) -> Dict[str, Tensor]:
@@ -102,7 +132,11 @@ class SpidersFlyTask(VecTask):
         return Transition(r.reward, r.terminated, r.truncated, {"positions": r.next_positions})
 
     def graphs(self, obs: Dict[str, Tensor]) -> Batch:
-        return spiders_fly_graphs(obs["positions"], self.grid_size)
+        return self.graphs_at(obs["positions"])
+
+    def graphs_at(self, positions: Tensor) -> Batch:
+        """Graph batch of positions ``[B, 3, 2]`` in this task's encoding."""
+        return spiders_fly_graphs(positions, self.grid_size, self.features)
 
     def evaluate(self, act: Callable[[Batch], Tensor], episodes: int = 32,
                  seed: int = 0) -> Dict[str, float]:
@@ -124,7 +158,7 @@ class SpidersFlyTask(VecTask):
         caught = torch.zeros(episodes, dtype=torch.bool)
         running = torch.ones(episodes, dtype=torch.bool)
         for t in range(1, self.time_limit + 1):
-            actions = act(spiders_fly_graphs(env.positions, self.grid_size)).view(episodes, 2)
+            actions = act(self.graphs_at(env.positions)).view(episodes, 2)
             r = env.step(actions.cpu())
             ended = running & (r.terminated | r.truncated)
             steps[ended] = t
@@ -147,7 +181,7 @@ class SpidersFlyTask(VecTask):
         table = torch.zeros(c ** 3, dtype=torch.long)
         rows = live_states(n).view(-1).nonzero().view(-1)
         for part in rows.split(chunk):
-            a = act(spiders_fly_graphs(cell_coords(cells[part], n), n)).view(-1, 2).cpu()
+            a = act(self.graphs_at(cell_coords(cells[part], n))).view(-1, 2).cpu()
             table[part] = a[:, 0] * len(ACTION_NAMES) + a[:, 1]
         return table.view(c, c, c)
 
@@ -203,14 +237,18 @@ class SpidersFlyConfig:
     """Episode step limit (truncation, not termination); 4 * grid_size if null."""
     success_steps: int = 10
     """An evaluation episode succeeds if the fly is caught within this many steps."""
+    features: str = "scalar"
+    """Input encoding: scalar (the paper's table) | onehot (adds one-hot rows, columns
+    and axis distances; see acegnn.envs.spiders_fly_task)."""
 
     def __post_init__(self) -> None:
         if self.grid_size < 3 or self.num_envs < 1 or self.success_steps < 1:
             raise ValueError(f"env.grid_size must be >= 3, env.num_envs and env.success_steps "
                              f">= 1 (got {self.grid_size}, {self.num_envs}, {self.success_steps})")
+        _feature_sizes(self.grid_size, self.features)  # raises on an unknown encoding
         if self.time_limit is not None and self.time_limit < 1:
             raise ValueError(f"env.time_limit must be >= 1 or null (got {self.time_limit})")
 
     def make(self, seed: int) -> "SpidersFlyTask":
         return SpidersFlyTask(self.grid_size, self.num_envs, self.time_limit, seed,
-                              self.success_steps)
+                              self.success_steps, self.features)
