@@ -198,7 +198,7 @@ def test_replay_buffer_wraps_and_checks_shapes():
                 torch.zeros(6, dtype=torch.bool), big)
 
 
-def test_replay_buffer_grows_only_when_it_never_wrapped():
+def test_replay_buffer_resizes_only_when_it_never_wrapped():
     from acegnn.buffers import ReplayBuffer
 
     def filled(capacity, rows):
@@ -213,10 +213,17 @@ def test_replay_buffer_grows_only_when_it_never_wrapped():
     assert len(big) == 4 and big.pos == 4 and big.reward[:4].tolist() == [0.0, 1.0, 2.0, 3.0]
     g1, g2 = torch.Generator().manual_seed(0), torch.Generator().manual_seed(0)
     assert torch.equal(big.sample(5, g1).reward, filled(8, 4).sample(5, g2).reward)
-    with pytest.raises(ValueError, match="capacity 4 differs"):
+    with pytest.raises(ValueError, match="capacity 4 differs .* wrapped around"):
         big.load_state_dict(filled(4, 4).state_dict())  # full: may have wrapped
-    with pytest.raises(ValueError, match="capacity 9 differs"):
-        big.load_state_dict(filled(9, 2).state_dict())  # never shrinks
+    small = ReplayBuffer(3, {"p": ((2,), torch.int8)}, n_agents=2)
+    small.load_state_dict(filled(9, 3).state_dict())  # 3 of 9 rows: shrinks to 3 (full)
+    assert len(small) == 3 and small.pos == 0
+    seven = {"p": torch.full((1, 2), 7)}
+    small.add(seven, torch.zeros(1, 2, dtype=torch.long), torch.tensor([7.0]),
+              torch.zeros(1, dtype=torch.bool), seven)
+    assert small.reward.tolist() == [7.0, 1.0, 2.0]  # the oldest row is overwritten first
+    with pytest.raises(ValueError, match="capacity 9 differs .* do not fit"):
+        small.load_state_dict(filled(9, 4).state_dict())
 
 
 def test_logger_widens_columns(tmp_path):

@@ -34,9 +34,10 @@ def test_bench_spiders_writes_records(tmp_path):
             "train.eval_episodes=2", "train.learning_starts=256", "train.stop_on_success=false"]
     text = run(args)
     (rec,) = json.loads(out.read_text())
-    for key in ("grid", "seed", "samples_to_100", "steps_gap", "wall_s"):
+    for key in ("grid", "seed", "samples_to_100", "steps_gap", "wall_s", "wall_to_100_s"):
         assert key in rec
     assert rec["grid"] == 5 and rec["seed"] == 0 and rec["samples"] == 512
+    assert rec["samples_to_100"] is None and rec["steps_gap_at_100"] is None  # 512 samples
     assert "| ACE | 5x5 |" in text
     args[args.index("--max-samples-5") + 1] = "768"  # the same runs, trained further
     run(args)

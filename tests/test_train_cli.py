@@ -117,6 +117,35 @@ def test_raising_the_budget_on_resume_continues_exactly(tmp_path):
     assert load_config(str(short / "config.yaml")).train.total_samples == 2048
 
 
+def test_first_success_is_kept_beside_the_final_checkpoint(tmp_path, monkeypatch):
+    from acegnn.algos.trainer import Trainer
+
+    real = Trainer.evaluate
+
+    def succeeds_from_1024(self):  # stands in for a policy that learned: 100% at 1024
+        return {**real(self), "success_rate": float(self.samples >= 1024)}
+
+    monkeypatch.setattr(Trainer, "evaluate", succeeds_from_1024)
+    assert train(tmp_path, "a") == 0  # stop_on_success=false: trains on to 1536
+    run = tmp_path / "a"
+    first = torch.load(run / "success.pt", weights_only=True)
+    final = torch.load(run / "checkpoint.pt", weights_only=True)
+    assert (first["samples"], first["samples_to_success"]) == (1024, 1024)
+    assert (final["samples"], final["samples_to_success"]) == (1536, 1024)
+    assert 0 < first["wall_to_success"] == final["wall_to_success"] <= final["wall_s"]
+    assert main(["eval", str(run / "success.pt"), "--episodes", "2"]) == 0
+    # a run that stopped at success (before success.pt existed) writes it when resumed
+    assert train(tmp_path, "b", "train.stop_on_success=true") == 0
+    b = tmp_path / "b"
+    assert torch.load(b / "checkpoint.pt", weights_only=True)["samples"] == 1024
+    os.remove(b / "success.pt")
+    assert main(["train", "--resume", str(b), "train.stop_on_success=false"]) == 0
+    again = torch.load(b / "success.pt", weights_only=True)
+    assert again["samples"] == 1024
+    for k, v in first["learner"]["net"].items():
+        assert torch.equal(v, again["learner"]["net"][k]), k
+
+
 def test_resume_with_a_changed_config_is_refused(tmp_path, capsys):
     assert train(tmp_path, "a", "train.halt_after=512") == 3
     assert main(["train", "--resume", str(tmp_path / "a"), "algo.lr=0.1"]) == 2

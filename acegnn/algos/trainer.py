@@ -20,6 +20,9 @@ from acegnn.envs.base import VecTask
 from acegnn.utils.logger import Logger
 
 CHECKPOINT = "checkpoint.pt"
+#: A full checkpoint of the run at its first evaluation with 100% success, kept when
+#: training goes on (``train.stop_on_success=false``) so both policies can be evaluated.
+SUCCESS_CHECKPOINT = "success.pt"
 CHECKPOINT_VERSION = 1
 
 
@@ -196,8 +199,8 @@ class Trainer:
                 "sample_gen": self.sample_gen.get_state(),
                 "ep_return": self.ep_return.clone(), "ep_length": self.ep_length.clone()}
 
-    def save(self) -> None:
-        atomic_save(self.state_dict(), self.checkpoint_path)
+    def save(self, path: Optional[str] = None) -> None:
+        atomic_save(self.state_dict(), path or self.checkpoint_path)
 
     def load(self, path: Optional[str] = None) -> None:
         state = load_checkpoint(path or self.checkpoint_path)
@@ -239,6 +242,9 @@ class Trainer:
         self._session_start, start_samples = time.perf_counter(), self.samples
         start = self._session_start
         last_ckpt = self.samples
+        success_path = os.path.join(self.run_dir, SUCCESS_CHECKPOINT)
+        if self.samples_to_success == self.samples and not os.path.exists(success_path):
+            self.save(success_path)  # a run stopped at success, resumed to train further
         try:
             while self.samples < cfg.total_samples and not (cfg.stop_on_success and
                                                            self.samples_to_success is not None):
@@ -255,6 +261,7 @@ class Trainer:
                     if self.last_eval.get("success_rate") == 1.0 and self.samples_to_success is None:
                         self.samples_to_success = self.samples
                         self.wall_to_success = self.elapsed()
+                        self.save(success_path)
                     self.logger.log("eval", self.samples, self.last_eval)
                 if bar is not None:
                     bar.update(self.samples - before)

@@ -101,18 +101,19 @@ class ReplayBuffer:
                 "terminated": self.terminated[:n].clone()}
 
     def load_state_dict(self, state: dict) -> None:
-        """Restore a saved buffer. A larger buffer may take a saved one that never wrapped
-        around (a run whose sample budget was raised on resume); its rows keep their
-        places, so sampling continues exactly as in a buffer that had been large from
-        the start."""
-        grows = state["capacity"] < self.capacity and state["size"] < state["capacity"]
-        if state["capacity"] != self.capacity and not grows:
+        """Restore a saved buffer. A buffer of another capacity may take a saved one that
+        never wrapped around and whose rows fit (a run resumed with a changed sample
+        budget); the rows keep their places, so sampling continues exactly as in a buffer
+        that had had this capacity from the start."""
+        resized = state["size"] < state["capacity"] and state["size"] <= self.capacity
+        if state["capacity"] != self.capacity and not resized:
             raise ValueError(f"checkpoint buffer capacity {state['capacity']} differs from "
-                             f"{self.capacity}")
+                             f"{self.capacity} and its {state['size']} transitions "
+                             f"{'wrapped around' if state['size'] >= state['capacity'] else 'do not fit'}")
         n = state["size"]
         for k in self.obs:
             self.obs[k][:n] = state["obs"][k]
             self.next_obs[k][:n] = state["next_obs"][k]
         self.actions[:n], self.reward[:n] = state["actions"], state["reward"]
         self.terminated[:n] = state["terminated"]
-        self.pos, self.size = state["pos"], n
+        self.pos, self.size = state["pos"] % self.capacity, n
