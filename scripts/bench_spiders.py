@@ -122,7 +122,13 @@ def main(argv=None) -> None:
     jobs = [(m, g, s) for g in ns.grids for m in ns.methods for s in ns.seeds]
     t0 = time.perf_counter()
     with ThreadPoolExecutor(ns.jobs) as pool:
-        records = list(pool.map(lambda job: run_one(*job, ns), jobs))
+        futures = [pool.submit(run_one, *job, ns) for job in jobs]
+    records, failed = [], []
+    for job, fut in zip(jobs, futures):  # a failed run does not lose the others' records
+        try:
+            records.append(fut.result())
+        except Exception as e:  # noqa: BLE001 -- reported below, exit status 1
+            failed.append(f"{job}: {e}")
     if ns.json:
         with open(ns.json, "w") as f:
             json.dump(records, f, indent=1)
@@ -153,6 +159,8 @@ def main(argv=None) -> None:
             f.write("\n".join(lines) + "\n")
     if ns.plot:
         plot(records, ns.plot)
+    if failed:
+        sys.exit("failed runs (rerun the same command to resume them):\n" + "\n".join(failed))
 
 
 def success_curve(run_dir: str):

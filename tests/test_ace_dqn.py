@@ -104,6 +104,23 @@ def test_nan_loss_raises():
                    spiders_fly_graphs(S_NEXT, GRID))
 
 
+def test_cosine_learning_rate_schedule_and_its_checkpoint():
+    import math
+
+    lrn = learner(lr=1e-3, lr_schedule="cosine", lr_min=1e-4, lr_decay_updates=4)
+    batch = (spiders_fly_graphs(S, GRID), ACTIONS, REWARD, TERMINATED,
+             spiders_fly_graphs(S_NEXT, GRID))
+    used = [lrn.update(*batch)["lr"] for _ in range(3)]
+    # lr_k = lr_min + (lr - lr_min) (1 + cos(pi k / 4)) / 2, by hand: 1e-3, 8.682e-4, 5.5e-4
+    assert used == pytest.approx([1e-3, 1e-4 + 4.5e-4 * (1 + math.cos(math.pi / 4)), 5.5e-4])
+    assert lrn.optimizer.param_groups[0]["lr"] == pytest.approx(5.5e-4)
+    resumed = learner(lr=1e-3, lr_schedule="cosine", lr_min=1e-4, lr_decay_updates=4)
+    resumed.load_state_dict(lrn.state_dict())
+    assert [resumed.update(*batch)["lr"] for _ in range(3)] == pytest.approx([
+        1e-4 + 4.5e-4 * (1 + math.cos(3 * math.pi / 4)), 1e-4, 1e-4])  # then stays at lr_min
+    assert learner().update(*batch)["lr"] == 5e-4  # constant by default
+
+
 def test_bad_algo_config():
     with pytest.raises(ValueError, match="algo.optimizer"):
         ACEDQNConfig(optimizer="sgd9")
@@ -111,6 +128,10 @@ def test_bad_algo_config():
         ACEDQNConfig(gamma=1.5)
     with pytest.raises(ValueError, match="algo.order"):
         ACEDQNConfig(order="sorted")
+    with pytest.raises(ValueError, match="algo.lr_schedule"):
+        ACEDQNConfig(lr_schedule="step")
+    with pytest.raises(ValueError, match="lr_decay_updates > 0"):
+        ACEDQNConfig(lr_schedule="cosine")
 
 
 def test_mismatched_checkpoint():

@@ -137,6 +137,5 @@ class ACEDQN(QLearner):
         except FloatingPointError as e:
             raise FloatingPointError(f"the TD loss is NaN: {e}") from None
         td_loss = self.td_loss(td.value, td.target)
-        grad_norm = self.step(td_loss)
         return {"td_loss": td_loss.item(), "q_mean": td.value.detach().mean().item(),
-                "target_mean": td.target.mean().item(), "grad_norm": grad_norm}
+                "target_mean": td.target.mean().item(), **self.step(td_loss)}

@@ -3,6 +3,7 @@ the gradient step and checkpoints."""
 from __future__ import annotations
 
 import copy
+import math
 from dataclasses import dataclass
 from typing import Dict
 
@@ -35,6 +36,20 @@ class QLearningConfig:
     """Polyak momentum of the target network, applied after every update."""
     loss: str = "mse"
     """``mse`` or ``huber``."""
+    lr_schedule: str = "constant"
+    """``constant`` or ``cosine``: from ``lr`` down to ``lr_min`` over ``lr_decay_updates``
+    gradient steps, then ``lr_min``."""
+    lr_min: float = 0.0
+    """Final learning rate of the cosine schedule."""
+    lr_decay_updates: int = 0
+    """Length of the cosine schedule in gradient steps (> 0 with ``cosine``)."""
+
+    def learning_rate(self, update: int) -> float:
+        """The learning rate of gradient step number ``update`` (0-based)."""
+        if self.lr_schedule == "constant":
+            return self.lr
+        frac = min(update / self.lr_decay_updates, 1.0)
+        return self.lr_min + 0.5 * (self.lr - self.lr_min) * (1.0 + math.cos(math.pi * frac))
 
     def __post_init__(self) -> None:
         if self.optimizer not in OPTIMIZERS:
@@ -47,6 +62,11 @@ class QLearningConfig:
                 raise ValueError(f"algo.{key} must be in [0, 1] (got {v})")
         if self.lr <= 0:
             raise ValueError(f"algo.lr must be positive (got {self.lr})")
+        if self.lr_schedule not in ("constant", "cosine"):
+            raise ValueError(f"algo.lr_schedule must be 'constant' or 'cosine' (got {self.lr_schedule!r})")
+        if self.lr_schedule == "cosine" and (self.lr_decay_updates <= 0 or not 0 <= self.lr_min <= self.lr):
+            raise ValueError(f"algo.lr_schedule=cosine needs algo.lr_decay_updates > 0 and "
+                             f"0 <= algo.lr_min <= algo.lr (got {self.lr_decay_updates}, {self.lr_min})")
         if self.weight_decay < 0 or self.grad_clip < 0:
             raise ValueError(f"algo.weight_decay and algo.grad_clip must be >= 0 "
                              f"(got {self.weight_decay}, {self.grad_clip})")
@@ -64,12 +84,14 @@ class QLearner:
             p.requires_grad_(False)
         self.optimizer = OPTIMIZERS[cfg.optimizer](
             self.net.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+        self.num_updates = 0  # gradient steps taken: the position in the lr schedule
 
     def td_loss(self, value: Tensor, target: Tensor) -> Tensor:
         return LOSSES[self.cfg.loss](value, target)
 
-    def step(self, loss: Tensor) -> float:
-        """Gradient step on ``loss`` (refused if not finite), then the target update."""
+    def step(self, loss: Tensor) -> Dict[str, float]:
+        """Gradient step on ``loss`` (refused if not finite), then the target update.
+        Returns the gradient norm before clipping and the learning rate used."""
         if not bool(torch.isfinite(loss)):
             raise FloatingPointError(f"the TD loss is {loss.item()}; stopping before the "
                                      f"network is corrupted (lower algo.lr or check rewards)")
@@ -77,9 +99,13 @@ class QLearner:
         loss.backward()
         clip = self.cfg.grad_clip if self.cfg.grad_clip > 0 else float("inf")
         grad_norm = torch.nn.utils.clip_grad_norm_(self.net.parameters(), clip)
+        lr = self.cfg.learning_rate(self.num_updates)
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
         self.optimizer.step()
+        self.num_updates += 1
         self.soft_update()
-        return grad_norm.item()
+        return {"grad_norm": grad_norm.item(), "lr": lr}
 
     @torch.no_grad()
     def soft_update(self) -> None:
@@ -88,7 +114,7 @@ class QLearner:
 
     def state_dict(self) -> Dict:
         return {"net": self.net.state_dict(), "target_net": self.target_net.state_dict(),
-                "optimizer": self.optimizer.state_dict()}
+                "optimizer": self.optimizer.state_dict(), "num_updates": self.num_updates}
 
     def load_state_dict(self, state: Dict) -> None:
         try:
@@ -98,3 +124,4 @@ class QLearner:
             raise ValueError(f"the checkpoint does not match this model: {e}") from None
         if "optimizer" in state:
             self.optimizer.load_state_dict(state["optimizer"])
+        self.num_updates = state.get("num_updates", 0)  # older checkpoints: constant lr only

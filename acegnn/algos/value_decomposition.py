@@ -161,8 +161,7 @@ class ValueDecomposition(QLearner):
     def update(self, graphs: Batch, actions: Tensor, reward: Tensor, terminated: Tensor,
                next_graphs: Batch, generator: Optional[torch.Generator] = None) -> Dict[str, float]:
         out = self.losses(graphs, actions, reward, terminated, next_graphs)
-        grad_norm = self.step(out.loss)
         metrics = {"loss": out.loss.item(), "td_loss": out.loss.item(), "q_mean": out.value.detach().mean().item(),
-                   "target_mean": out.target.mean().item(), "grad_norm": grad_norm}
+                   "target_mean": out.target.mean().item(), **self.step(out.loss)}
         metrics.update({k: v.item() for k, v in out.parts.items()})
         return metrics
