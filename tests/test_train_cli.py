@@ -146,6 +146,17 @@ def test_first_success_is_kept_beside_the_final_checkpoint(tmp_path, monkeypatch
         assert torch.equal(v, again["learner"]["net"][k]), k
 
 
+def test_resume_of_a_run_older_than_a_config_key(tmp_path):
+    assert train(tmp_path, "full") == 0
+    assert train(tmp_path, "old", "train.halt_after=768") == 3
+    ckpt = tmp_path / "old" / "checkpoint.pt"
+    state = torch.load(ckpt, weights_only=True)
+    del state["config"]["algo"]["lr_schedule"]  # as saved before the key existed
+    torch.save(state, ckpt)
+    assert main(["train", "--resume", str(tmp_path / "old")]) == 0
+    assert_same_run(tmp_path / "full", tmp_path / "old")
+
+
 def test_resume_with_a_changed_config_is_refused(tmp_path, capsys):
     assert train(tmp_path, "a", "train.halt_after=512") == 3
     assert main(["train", "--resume", str(tmp_path / "a"), "algo.lr=0.1"]) == 2

@@ -203,8 +203,13 @@ class Trainer:
         atomic_save(self.state_dict(), path or self.checkpoint_path)
 
     def load(self, path: Optional[str] = None) -> None:
+        from acegnn.config import from_dict, to_dict  # (config imports this module)
+
         state = load_checkpoint(path or self.checkpoint_path)
-        if self.config and comparable(state["config"]) != comparable(self.config):
+        # through the dataclasses: keys added to the package since the run started get
+        # their defaults, which is what the run used
+        saved = to_dict(from_dict(state["config"])) if self.config else {}
+        if self.config and comparable(saved) != comparable(self.config):
             raise ValueError(f"the checkpoint at {path or self.checkpoint_path} was made with a "
                              f"different config")
         self.learner.load_state_dict(state["learner"])
