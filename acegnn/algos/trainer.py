@@ -189,6 +189,10 @@ class Trainer:
     def checkpoint_path(self) -> str:
         return os.path.join(self.run_dir, CHECKPOINT)
 
+    @property
+    def success_path(self) -> str:
+        return os.path.join(self.run_dir, SUCCESS_CHECKPOINT)
+
     def state_dict(self) -> dict:
         return {"version": CHECKPOINT_VERSION, "config": self.config, "samples": self.samples,
                 "updates": self.updates, "samples_to_success": self.samples_to_success,
@@ -206,12 +210,13 @@ class Trainer:
         from acegnn.config import from_dict, to_dict  # (config imports this module)
 
         state = load_checkpoint(path or self.checkpoint_path)
-        # through the dataclasses: keys added to the package since the run started get
-        # their defaults, which is what the run used
-        saved = to_dict(from_dict(state["config"])) if self.config else {}
-        if self.config and comparable(saved) != comparable(self.config):
-            raise ValueError(f"the checkpoint at {path or self.checkpoint_path} was made with a "
-                             f"different config")
+        if self.config:
+            # through the dataclasses: keys added to the package since the run started
+            # get their defaults, which is what the run used
+            saved = to_dict(from_dict(state["config"]))
+            if comparable(saved) != comparable(self.config):
+                raise ValueError(f"the checkpoint at {path or self.checkpoint_path} was made "
+                                 f"with a different config")
         self.learner.load_state_dict(state["learner"])
         self.buffer.load_state_dict(state["buffer"])
         self.task.load_state_dict(state["task"])
@@ -244,12 +249,11 @@ class Trainer:
 
             bar = tqdm(total=cfg.total_samples, initial=self.samples, unit="step",
                        dynamic_ncols=True)
-        self._session_start, start_samples = time.perf_counter(), self.samples
-        start = self._session_start
+        start = self._session_start = time.perf_counter()
+        start_samples = self.samples
         last_ckpt = self.samples
-        success_path = os.path.join(self.run_dir, SUCCESS_CHECKPOINT)
-        if self.samples_to_success == self.samples and not os.path.exists(success_path):
-            self.save(success_path)  # a run stopped at success, resumed to train further
+        if self.samples_to_success == self.samples and not os.path.exists(self.success_path):
+            self.save(self.success_path)  # a run stopped at success, resumed to train further
         try:
             while self.samples < cfg.total_samples and not (cfg.stop_on_success and
                                                            self.samples_to_success is not None):
@@ -266,7 +270,7 @@ class Trainer:
                     if self.last_eval.get("success_rate") == 1.0 and self.samples_to_success is None:
                         self.samples_to_success = self.samples
                         self.wall_to_success = self.elapsed()
-                        self.save(success_path)
+                        self.save(self.success_path)
                     self.logger.log("eval", self.samples, self.last_eval)
                 if bar is not None:
                     bar.update(self.samples - before)

@@ -49,9 +49,14 @@ def _feature_sizes(grid_size: Optional[int], features: str) -> tuple:
     return NODE_FEATURES + 2 * grid_size, EDGE_FEATURES + 2 * (2 * grid_size - 1)
 
 
-@lru_cache(maxsize=None)
 def spiders_fly_schema(grid_size: Optional[int] = None, features: str = "scalar") -> GraphSchema:
-    """Graph schema; ``grid_size`` only matters for ``features="onehot"``."""
+    """Graph schema; ``grid_size`` only matters for ``features="onehot"`` (every grid
+    shares the one scalar schema)."""
+    return _schema(grid_size if features != "scalar" else None, features)
+
+
+@lru_cache(maxsize=None)
+def _schema(grid_size: Optional[int], features: str) -> GraphSchema:
     node, edge = _feature_sizes(grid_size, features)
     return GraphSchema(
         node_types={"spider": node, "fly": node},
@@ -76,7 +81,7 @@ def live_states(grid_size: int) -> Tensor:
 
 def spiders_fly_graphs(positions: Tensor, grid_size: int, features: str = "scalar") -> Batch:
     """Graph batch of positions ``[B, 3, 2]`` (spider 0, spider 1, fly)."""
-    schema = spiders_fly_schema(grid_size if features != "scalar" else None, features)
+    schema = spiders_fly_schema(grid_size, features)
     B, n = positions.size(0), grid_size
     cells = positions.long()
     ids = torch.eye(3).expand(B, 3, 3)
@@ -121,7 +126,7 @@ class SpidersFlyTask(VecTask):
         self.grid_size, self.num_envs = grid_size, num_envs
         self.time_limit = self.env.time_limit
         self.features = features
-        self.schema = spiders_fly_schema(grid_size if features != "scalar" else None, features)
+        self.schema = spiders_fly_schema(grid_size, features)
         self.obs_spec = {"positions": ((3, 2), torch.int8)}
 
     def observe(self) -> Dict[str, Tensor]:
