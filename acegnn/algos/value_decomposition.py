@@ -29,6 +29,7 @@ from acegnn.algos.base import QLearner, QLearningConfig
 from acegnn.graph.flat import FlatInputs, flat_inputs
 from acegnn.graph.schema import GraphSchema
 from acegnn.nn.ace import ModelConfig
+from acegnn.nn.init import init_relu_layers
 from acegnn.nn.mixers import AgentQNet, QMixer, QTranBase, VDNMixer
 
 METHODS = ("iql", "vdn", "qmix", "qtran")
@@ -74,8 +75,8 @@ class ValueDecomposition(QLearner):
     Args:
         schema (GraphSchema): The task's schema.
         cfg (ValueDecompositionConfig): Hyper-parameters; ``cfg.name`` picks the method.
-        model (ModelConfig): ``hidden`` and ``layers`` (the agent MLP has ``layers + 1``
-            hidden layers) of the individual Q-network.
+        model (ModelConfig): ``hidden``, ``layers`` (the agent MLP has ``layers + 1``
+            hidden layers) and ``init`` of the individual Q-network.
         device: Torch device.
         example (Batch): A batch of the task's states, to size the networks.
     """
@@ -98,7 +99,7 @@ class ValueDecomposition(QLearner):
             net["mixer"] = QMixer(n, state_dim, cfg.mixer_embed, cfg.hyper_hidden)
         elif cfg.name == "qtran":
             net["qtran"] = QTranBase(n, self.num_actions, state_dim, cfg.qtran_hidden)
-        super().__init__(net, cfg, device)
+        super().__init__(init_relu_layers(net, model.init), cfg, device)
 
     def inputs(self, graphs: Batch) -> FlatInputs:
         return flat_inputs(self.schema, graphs.to(self.device), check=False)

@@ -11,6 +11,7 @@ from acegnn.graph.index import unit_index
 from acegnn.graph.schema import GraphSchema
 from acegnn.graph.state import as_batch
 from acegnn.nn.action_encoder import ActionEncoder
+from acegnn.nn.init import INITS, init_relu_layers
 from acegnn.nn.rollout import Rollout, sequential_rollout
 from acegnn.nn.se_state import EncodedState
 from acegnn.nn.unit_encoder import UnitEncoder
@@ -32,6 +33,9 @@ class ModelConfig:
     """Passive action embeddings (False: the ACE-w/o-IA ablation)."""
     layers: int = 1
     """Depth of every encoder MLP (1: the paper's single fc + ReLU)."""
+    init: str = "torch"
+    """Initialisation of the layers that feed a ReLU: ``torch`` (PyTorch's default) or
+    ``he`` (Kaiming normal, zero bias); see :mod:`acegnn.nn.init`."""
 
     def __post_init__(self) -> None:
         from acegnn.nn.unit_encoder import UNIT_CONVS
@@ -44,6 +48,8 @@ class ModelConfig:
             raise ValueError(f"model.conv must be one of {sorted(UNIT_CONVS)} (got {self.conv!r})")
         if self.pool not in POOLS:
             raise ValueError(f"model.pool must be one of {sorted(POOLS)} (got {self.pool!r})")
+        if self.init not in INITS:
+            raise ValueError(f"model.init must be one of {list(INITS)} (got {self.init!r})")
 
 
 class ACENetwork(nn.Module):
@@ -64,11 +70,14 @@ class ACENetwork(nn.Module):
         conv_kwargs (dict, optional): Extra arguments of the message-passing step.
         layers (int, optional): Depth of the node, edge, passive-action and value MLPs.
             (default: :obj:`1`, the paper's fc + ReLU)
+        init (str, optional): Initialisation scheme, ``"torch"`` or ``"he"`` (see
+            :mod:`acegnn.nn.init`). (default: :obj:`"torch"`)
     """
 
     def __init__(self, schema: GraphSchema, hidden: int = 128, conv: str = "ace",
                  pool: str = "mean", passive: bool = True,
-                 conv_kwargs: Optional[dict] = None, layers: int = 1) -> None:
+                 conv_kwargs: Optional[dict] = None, layers: int = 1,
+                 init: str = "torch") -> None:
         super().__init__()
         if not isinstance(hidden, int) or hidden <= 0:
             raise ValueError(f"hidden must be a positive int (got {hidden!r})")
@@ -76,16 +85,19 @@ class ACENetwork(nn.Module):
         self.unit_encoder = UnitEncoder(schema, hidden, conv, conv_kwargs, layers)
         self.action_encoder = ActionEncoder(schema, hidden, passive, layers)
         self.value_head = ValueHead(hidden, pool, layers)
+        self.init = init
+        init_relu_layers(self, init)
 
     @classmethod
     def from_config(cls, schema: GraphSchema, cfg: ModelConfig) -> "ACENetwork":
         return cls(schema, hidden=cfg.hidden, conv=cfg.conv, pool=cfg.pool, passive=cfg.passive,
-                   layers=cfg.layers)
+                   layers=cfg.layers, init=cfg.init)
 
     def reset_parameters(self) -> None:
         self.unit_encoder.reset_parameters()
         self.action_encoder.reset_parameters()
         self.value_head.reset_parameters()
+        init_relu_layers(self, self.init)
 
     def encode(self, data: Union[HeteroData, Batch], check: bool = True) -> EncodedState:
         """Encode a state or a batch of states once.

@@ -1,0 +1,78 @@
+"""Initialisation schemes (``model.init``) of ACE and the baselines."""
+import math
+
+import pytest
+import torch
+from torch import nn
+
+from acegnn.algos.value_decomposition import ValueDecomposition, ValueDecompositionConfig
+from acegnn.envs.spiders_fly import valid_starts
+from acegnn.envs.spiders_fly_task import spiders_fly_graphs, spiders_fly_schema
+from acegnn.envs.synthetic import smac_like_schema
+from acegnn.nn import ACENetwork, ModelConfig
+from acegnn.nn.init import init_relu_layers
+from acegnn.nn.unit_encoder import mlp
+
+
+def test_he_scales_relu_layers_and_leaves_the_rest():
+    torch.manual_seed(0)
+    net = nn.Sequential(mlp(400, 300, layers=2), nn.Linear(300, 1))
+    out_before = net[1].weight.clone()
+    init_relu_layers(net, "he")
+    for fan_in, layer in [(400, net[0][0]), (300, net[0][2])]:
+        std = layer.weight.std().item()
+        assert abs(std - math.sqrt(2 / fan_in)) < 0.02 * math.sqrt(2 / fan_in)
+        assert torch.all(layer.bias == 0)
+    assert torch.equal(net[1].weight, out_before)  # not followed by a ReLU
+
+
+def test_torch_scheme_changes_nothing_and_unknown_is_refused():
+    torch.manual_seed(0)
+    net = mlp(8, 8, layers=2)
+    before = {k: v.clone() for k, v in net.state_dict().items()}
+    init_relu_layers(net, "torch")
+    assert all(torch.equal(before[k], v) for k, v in net.state_dict().items())
+    with pytest.raises(ValueError, match="unknown init scheme 'xavier'"):
+        init_relu_layers(net, "xavier")
+    with pytest.raises(ValueError, match="model.init must be one of"):
+        ModelConfig(init="xavier")
+
+
+def test_he_makes_deep_ace_values_depend_on_the_state():
+    """With PyTorch's default init, three-layer MLPs give an almost constant V at the
+    start; He init keeps the state's signal (the reason the option exists)."""
+    g = spiders_fly_graphs(valid_starts(5)[::20], 5)
+    spread = {}
+    for init in ["torch", "he"]:
+        torch.manual_seed(0)
+        net = ACENetwork(spiders_fly_schema(), hidden=128, layers=3, init=init)
+        with torch.no_grad():
+            enc = net.encode(g)
+            spread[init] = net.value(enc.units, enc).std().item()
+    assert spread["torch"] < 1e-3
+    assert spread["he"] > 10 * spread["torch"]
+
+
+def test_ace_reset_parameters_keeps_the_scheme():
+    torch.manual_seed(0)
+    net = ACENetwork(smac_like_schema(), hidden=16, layers=2, init="he")
+    relu_fed = [m[i] for m in net.modules() if isinstance(m, nn.Sequential)
+                for i in range(len(m) - 1) if isinstance(m[i], nn.Linear)]
+    assert relu_fed and all(torch.all(lin.bias == 0) for lin in relu_fed)
+    for lin in relu_fed:
+        nn.init.ones_(lin.bias)
+    net.reset_parameters()
+    assert all(torch.all(lin.bias == 0) for lin in relu_fed)
+
+
+@pytest.mark.parametrize("name", ["vdn", "qmix", "qtran"])
+def test_baselines_follow_model_init(name):
+    g = spiders_fly_graphs(torch.tensor([[[0, 0], [4, 4], [2, 2]]]), 5)
+    torch.manual_seed(0)
+    lrn = ValueDecomposition(spiders_fly_schema(), ValueDecompositionConfig(name=name),
+                             ModelConfig(hidden=16, init="he"), example=g)
+    body = lrn.net["agent"].body
+    assert all(torch.all(m.bias == 0) for m in body if isinstance(m, nn.Linear))
+    # the target network is a copy of the initialised network
+    for p, tp in zip(lrn.net.parameters(), lrn.target_net.parameters()):
+        assert torch.equal(p, tp)
