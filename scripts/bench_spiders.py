@@ -92,13 +92,13 @@ def run_one(method: str, grid: int, seed: int, ns: argparse.Namespace) -> dict:
     return rec
 
 
-def fmt(values, scale=1.0, digits=2) -> str:
+def fmt(values, scale=1.0, digits=2, missing="not reached") -> str:
     vals = [v * scale for v in values if v is not None]
     if not vals:
-        return "not reached"
+        return missing
     sd = statistics.stdev(vals) if len(vals) > 1 else 0.0
     miss = len(values) - len(vals)
-    return f"{statistics.mean(vals):.{digits}f} ± {sd:.{digits}f}" + (f" ({miss} not reached)" if miss else "")
+    return f"{statistics.mean(vals):.{digits}f} ± {sd:.{digits}f}" + (f" ({miss} {missing})" if miss else "")
 
 
 def main(argv=None) -> None:
@@ -152,7 +152,7 @@ def main(argv=None) -> None:
                          f"{fmt([r['sampled_steps_gap'] for r in rs])} | {ps} | "
                          f"{fmt([r['wall_to_100_s'] for r in rs], digits=0)} | "
                          f"{fmt([r['wall_s'] for r in rs], digits=0)} | "
-                         f"{fmt([r['env_steps_per_s'] for r in rs], digits=0)} |")
+                         f"{fmt([r['env_steps_per_s'] for r in rs], digits=0, missing='not trained now')} |")
     print("\n" + "\n".join(lines))
     if ns.markdown:
         with open(ns.markdown, "w") as f:

@@ -42,7 +42,11 @@ def test_bench_spiders_writes_records(tmp_path):
     args[args.index("--max-samples-5") + 1] = "768"  # the same runs, trained further
     run(args)
     (rec,) = json.loads(out.read_text())
-    assert rec["samples"] == 768
+    assert rec["samples"] == 768 and rec["env_steps_per_s"] > 0
+    text = run(args)  # nothing left to train: the rate is not measured, not 0
+    (rec,) = json.loads(out.read_text())
+    assert rec["samples"] == 768 and rec["env_steps_per_s"] is None
+    assert "| not trained now |" in text
 
 
 def test_table1_with_baselines_writes_markdown_and_plot(tmp_path):

@@ -117,6 +117,16 @@ def test_raising_the_budget_on_resume_continues_exactly(tmp_path):
     assert load_config(str(short / "config.yaml")).train.total_samples == 2048
 
 
+def test_resuming_a_finished_run_reports_no_rate(tmp_path, capsys):
+    assert train(tmp_path, "a") == 0
+    first = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert first["env_steps_per_s"] > 0
+    assert main(["train", "--resume", str(tmp_path / "a")]) == 0  # nothing left to train
+    again = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert again["samples"] == first["samples"]
+    assert again["env_steps_per_s"] is None  # not 0 steps/s averaged into a benchmark
+
+
 def test_first_success_is_kept_beside_the_final_checkpoint(tmp_path, monkeypatch):
     from acegnn.algos.trainer import Trainer
 

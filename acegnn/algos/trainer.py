@@ -291,10 +291,12 @@ class Trainer:
                 bar.close()
             self.logger.close()
         wall = time.perf_counter() - start
+        collected = self.samples - start_samples
         return {"samples": self.samples, "updates": self.updates,
                 "samples_to_success": self.samples_to_success, "wall_s": self.elapsed(),
                 "wall_to_success_s": self.wall_to_success,
-                "env_steps_per_s": (self.samples - start_samples) / max(wall, 1e-9),
+                # this session's rate; None when it collected nothing (a finished run resumed)
+                "env_steps_per_s": collected / max(wall, 1e-9) if collected else None,
                 **{f"eval_{k}": v for k, v in self.last_eval.items()}}
 
 
