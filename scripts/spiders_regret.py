@@ -14,6 +14,11 @@ comes from the error of the learned value itself; if ``sequential`` is worse, th
 of the intermediate SE-states are what is off. ``disagree`` is the fraction of live
 states where the two policies choose differently.
 
+Then the anatomy of the sequential policy's gap (:func:`anatomy`): how many of the
+states it visits it decides worse than the oracle, how much of the gap each share
+carries, and how far its learned values are from the exact optimum of the return it
+fits, next to the optimum's own margin between the best and second-best joint action.
+
     python scripts/spiders_regret.py runs/bench/bench_5x5_seed0 [--json out.json]
 """
 from __future__ import annotations
@@ -28,28 +33,83 @@ import torch
 from acegnn.algos.ace_dqn import ACEDQN
 from acegnn.algos.trainer import CHECKPOINT, load_checkpoint
 from acegnn.config import from_dict, make_learner, make_task
-from acegnn.envs.spiders_fly_task import live_states
+from acegnn.envs.oracle import optimal_discounted_q, optimal_steps_q, visitation
+from acegnn.envs.spiders_fly import cell_coords
+from acegnn.envs.spiders_fly_task import live_states, oracle_solution
 
 
 @torch.no_grad()
-def joint_argmax(net, graphs, n_agents: int) -> torch.Tensor:
-    """``[num_agents]`` slots of the joint action with the largest final-SE-state value."""
+def final_values(net, graphs, n_agents: int) -> torch.Tensor:
+    """``[num_graphs, A ** n_agents]`` learned value of the last SE-state
+    ``V(s, a_1, ..., a_n)`` for every joint action (index ``a_1 * A + a_2 ...``), ``-inf``
+    where an agent's action is unavailable."""
     B = graphs.num_graphs
     avail = graphs["action"].available.view(B, n_agents, -1)
     num = avail.size(-1)
     fallback = avail.float().argmax(-1)  # some available slot per agent
-    best = torch.full((B,), -float("inf"))
-    arg = fallback.clone()
+    out = []
     for combo in itertools.product(range(num), repeat=n_agents):
         acts = torch.tensor(combo).expand(B, n_agents)
         ok = avail.gather(-1, acts.unsqueeze(-1)).squeeze(-1).all(-1)
         ro = net.rollout(graphs, actions=torch.where(ok[:, None], acts, fallback).reshape(-1),
                          values="chosen", check=False)
         v = ro.chosen_value.view(B, n_agents)[:, -1]  # V after the last agent's action
-        better = ok & (v > best)
-        best = torch.where(better, v, best)
-        arg[better] = acts[better]
-    return arg.reshape(-1)
+        out.append(torch.where(ok, v, torch.full_like(v, -float("inf"))))
+    return torch.stack(out, dim=1)
+
+
+def joint_argmax(net, graphs, n_agents: int) -> torch.Tensor:
+    """``[num_agents]`` slots of the joint action with the largest final-SE-state value."""
+    v = final_values(net, graphs, n_agents)
+    num = graphs["action"].available.view(graphs.num_graphs, n_agents, -1).size(-1)
+    best = v.argmax(1)  # first maximum: the lowest joint index among ties
+    slots = [(best // num ** (n_agents - 1 - k)) % num for k in range(n_agents)]
+    return torch.stack(slots, dim=1).reshape(-1)
+
+
+def anatomy(task, learner, table: torch.Tensor, gamma_se: float) -> dict:
+    """Where the steps gap of a policy table comes from, and how precise the value is.
+
+    Regret: per live state, the oracle's expected steps after the policy's joint action
+    minus its optimum; weighted by the policy's expected visits from the valid starts,
+    it sums to the steps gap (performance difference). Value precision: over the
+    visited states and all their joint actions, the learned last-SE-state value against
+    the exact optimum of the return it fits (capture reward, ``gamma_se`` per step);
+    ``centred`` removes each state's mean first, the part that decides actions, to be
+    compared with the optimum's margin between its best and second-best joint action.
+    """
+    n = task.grid_size
+    c = n * n
+    sol = oracle_solution(n)
+    horizon = 10 * task.time_limit  # long enough that the gap splits exactly
+    visits = visitation(n, table, horizon)
+    regret = optimal_steps_q(sol).gather(0, table.unsqueeze(0)).squeeze(0) - sol.expected_steps
+    live = live_states(n)
+    regret = torch.where(live, regret, torch.zeros_like(regret))
+    visited = (visits > 1e-12) & live
+    out = {"visited_states": int(visited.sum()), "live_states": int(live.sum()),
+           "gap_from_regret": float((visits * regret).sum())}
+    for thr in (0.0, 0.5):
+        bad = visited & (regret > thr + 1e-9)
+        out[f"regret_over_{thr:g}_states"] = int(bad.sum())
+        out[f"regret_over_{thr:g}_visits"] = float(visits[bad].sum())
+        out[f"regret_over_{thr:g}_gap"] = float((visits * regret)[bad].sum())
+    rows = visited.view(-1).nonzero().view(-1)
+    cells = torch.cartesian_prod(torch.arange(c), torch.arange(c), torch.arange(c))[rows]
+    learned = torch.cat([final_values(learner.net, task.graphs_at(cell_coords(part, n)),
+                                      task.n_agents) for part in cells.split(8192)])
+    exact = optimal_discounted_q(n, gamma_se).view(25, -1)[:, rows].t().float()  # [S, 25]
+    ok = torch.isfinite(exact)
+    err = (learned - exact)[ok]
+    mean = lambda x: torch.where(ok, x, 0).sum(1, keepdim=True) / ok.sum(1, keepdim=True)  # noqa: E731
+    centred = ((learned - mean(learned)) - (exact - mean(exact)))[ok]
+    top2 = exact.topk(2, dim=1).values
+    margin = top2[:, 0] - top2[:, 1]
+    out.update(se_discount=gamma_se, value_bias=float(err.mean()),
+               value_rmse=float(err.pow(2).mean().sqrt()),
+               value_centred_rmse=float(centred.pow(2).mean().sqrt()),
+               optimum_margin_median=float(margin[margin > 1e-9].median()))
+    return out
 
 
 def main(argv=None) -> dict:
@@ -75,6 +135,8 @@ def main(argv=None) -> dict:
         out[f"{name}_success_rate"] = r["exact_success_rate"]
     a, b = task.policy_table(seq), task.policy_table(joint)
     out["disagree"] = float((a != b)[live_states(task.grid_size)].float().mean())
+    gamma_se = cfg.algo.gamma ** (task.n_agents if cfg.algo.intermediate_discount else 1)
+    out.update(anatomy(task, learner, a, gamma_se))
     print(json.dumps(out))
     if ns.json:
         with open(ns.json, "w") as f:

@@ -148,3 +148,21 @@ def test_update_and_act(name):
 def test_bad_method_name():
     with pytest.raises(ValueError, match="algo.name"):
         ValueDecompositionConfig(name="coma")
+
+
+def test_qtran_joint_network_depth():
+    """``qtran_layers`` deepens Q_jt only; the default keeps the parameter names that
+    earlier checkpoints were saved with."""
+    default = learner("qtran").net["qtran"]
+    assert sorted(default.state_dict()) == ["q_jt.0.bias", "q_jt.0.weight", "q_jt.2.bias",
+                                            "q_jt.2.weight", "q_jt.4.bias", "q_jt.4.weight",
+                                            "v.0.bias", "v.0.weight", "v.2.bias", "v.2.weight"]
+    deep = learner("qtran", qtran_layers=4, qtran_hidden=8).net["qtran"]
+    fcs = [m for m in deep.q_jt if isinstance(m, torch.nn.Linear)]
+    assert len(fcs) == 5 and all(m.out_features == 8 for m in fcs[:-1])
+    assert sum(isinstance(m, torch.nn.Linear) for m in deep.v) == 2
+    out = deep.joint_q(torch.randn(3, 15), torch.tensor([[0, 1], [2, 3], [4, 4]]))
+    assert out.shape == (3,)
+    for key in ("qtran_layers", "qtran_hidden", "mixer_embed", "hyper_hidden"):
+        with pytest.raises(ValueError, match=f"algo.{key}"):
+            ValueDecompositionConfig(name="qtran", **{key: 0})

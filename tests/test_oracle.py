@@ -8,8 +8,9 @@ import json
 import pytest
 import torch
 
-from acegnn.envs.oracle import (OracleSolution, capture_within, main, policy_capture, policy_steps,
-                                solve, summary)
+from acegnn.envs.oracle import (OracleSolution, capture_within, main, optimal_discounted_q,
+                                optimal_steps_q, policy_capture, policy_steps, solve, summary,
+                                visitation)
 from acegnn.envs.spiders_fly import SpidersFlyEnv, action_mask_for, valid_starts
 
 STAY, UP, DOWN, LEFT, RIGHT = range(5)
@@ -360,3 +361,113 @@ def test_exact_task_evaluation_of_oracle_and_of_a_worse_policy(sol5):
     # the sampled mean is an unbiased estimate of the exact one (std of the mean < 0.1)
     assert abs(sampled["mean_steps"] - exact["exact_mean_steps"]) < 0.3
     assert abs(sampled["success_rate"] - exact["exact_success_rate"]) < 0.05
+
+
+# ------------------------------------------- gap anatomy: regret, visits, discounted values
+def _perturbed(sol, frac: float, seed: int = 0) -> torch.Tensor:
+    """The oracle policy with a random allowed joint action at ``frac`` of the states."""
+    q = optimal_steps_q(sol)
+    g = torch.Generator().manual_seed(seed)
+    noisy = (q + 3 * torch.rand(q.shape, generator=g, dtype=q.dtype)).argmin(0)
+    policy = sol.policy.clone()
+    swap = torch.rand(policy.shape, generator=g) < frac
+    policy[swap] = noisy[swap]
+    return policy
+
+
+def test_optimal_steps_q_matches_brute_force_3x3():
+    n = 3
+    bf = BruteForce(n)
+    value = bf.value_iteration()
+    q = optimal_steps_q(solve(n))
+    for s in bf.states:
+        for a0, a1 in itertools.product(range(5), repeat=2):
+            w = bf.q(value, s, a0, a1)
+            got = float(q[a0 * 5 + a1][index_of(s, n)])
+            if w is None:
+                assert got == float("inf"), (s, a0, a1)
+            else:
+                assert abs(got - (0.0 if bf.terminal(s) else 1.0 + w)) < 1e-9, (s, a0, a1)
+
+
+def test_oracle_has_no_regret(sol5):
+    q = optimal_steps_q(sol5)
+    taken = q.gather(0, sol5.policy.unsqueeze(0)).squeeze(0)
+    assert torch.allclose(taken, sol5.expected_steps, atol=1e-9)
+    assert torch.allclose(q.min(0).values, sol5.expected_steps, atol=1e-9)
+
+
+@pytest.mark.parametrize("gamma", [0.9, 0.99 ** 2])
+def test_optimal_discounted_q_matches_brute_force_3x3(gamma):
+    n = 3
+    bf = BruteForce(n)
+    value = {s: 0.0 for s in bf.states}
+    while True:  # discounted value iteration, plain Python
+        scaled = {s: gamma * v for s, v in value.items()}
+        new = {s: 0.0 if bf.terminal(s) else
+               max(w for a0 in range(5) for a1 in range(5)
+                   if (w := bf.q(scaled, s, a0, a1, caught_value=10.0)) is not None)
+               for s in bf.states}
+        done = max(abs(new[s] - value[s]) for s in bf.states) < 1e-12
+        value = new
+        if done:
+            break
+    scaled = {s: gamma * v for s, v in value.items()}
+    q = optimal_discounted_q(n, gamma)
+    for s in bf.states:
+        for a0, a1 in itertools.product(range(5), repeat=2):
+            w = bf.q(scaled, s, a0, a1, caught_value=10.0)
+            got = float(q[a0 * 5 + a1][index_of(s, n)])
+            if w is None:
+                assert got == float("-inf")
+            else:
+                assert abs(got - (0.0 if bf.terminal(s) else w)) < 1e-8, (s, a0, a1)
+    with pytest.raises(ValueError, match="gamma"):
+        optimal_discounted_q(n, 1.0)
+
+
+def test_visitation_matches_brute_force_3x3():
+    """Forward propagation of the state distribution, plain Python, from given starts."""
+    n = 3
+    bf = BruteForce(n)
+    policy = _perturbed(solve(n), 0.3)
+    starts = torch.tensor([[[0, 0], [2, 2], [1, 1]], [[0, 2], [0, 1], [2, 0]]])
+    dist = {}
+    for st in starts.tolist():
+        s = tuple(tuple(p) for p in st)
+        dist[s] = dist.get(s, 0.0) + 0.5
+    ref = {}
+    for _ in range(6):
+        nxt = {}
+        for s, p in dist.items():
+            if bf.terminal(s):
+                continue
+            ref[s] = ref.get(s, 0.0) + p
+            j = int(policy[index_of(s, n)])
+            n0, n1 = bf.step_spider(s[0], j // 5), bf.step_spider(s[1], j % 5)
+            if n0 == s[2] or n1 == s[2]:
+                continue
+            for f, q in bf.fly_dist(n0, n1, s[2]):
+                nxt[(n0, n1, f)] = nxt.get((n0, n1, f), 0.0) + p * q
+        dist = nxt
+    d = visitation(n, policy, 6, starts)
+    assert abs(float(d.sum()) - sum(ref.values())) < 1e-12
+    for s in bf.states:
+        assert abs(float(d[index_of(s, n)]) - ref.get(s, 0.0)) < 1e-12, s
+
+
+def test_visitation_splits_the_steps_gap(sol5):
+    """Performance difference: visits x regret = gap + the oracle's value left at the horizon."""
+    n, horizon = 5, 30
+    policy = _perturbed(sol5, 0.1)
+    starts = valid_starts(n)
+    s = starts[..., 0] * n + starts[..., 1]
+    d = visitation(n, policy, horizon)
+    steps = policy_steps(n, policy, horizon)[s[:, 0], s[:, 1], s[:, 2]].mean()
+    assert abs(float(d.sum()) - float(steps)) < 1e-9
+    gap = steps - sol5.expected_steps[s[:, 0], s[:, 1], s[:, 2]].mean()
+    regret = optimal_steps_q(sol5).gather(0, policy.unsqueeze(0)).squeeze(0) - sol5.expected_steps
+    at_horizon = visitation(n, policy, horizon + 1) - d
+    tail = (at_horizon * sol5.expected_steps).sum()
+    assert float(gap) > 0.1  # the perturbation costs steps ...
+    assert abs(float((d * regret).sum()) - float(gap + tail)) < 1e-9  # ... and this is where

@@ -4,6 +4,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 ROOT = os.path.join(os.path.dirname(__file__), "..")
 
 
@@ -77,6 +79,12 @@ def test_spiders_regret_compares_sequential_and_joint_policies(tmp_path):
                     .strip().splitlines()[-1])
     assert abs(rec["sequential_steps_gap"] - ev["exact_steps_gap"]) < 1e-9
     assert 0.0 <= rec["disagree"] <= 1.0 and rec["joint_steps_gap"] > -1e-9
+    # the anatomy: regret is never negative, so the states with any regret carry the gap
+    assert abs(rec["regret_over_0_gap"] - rec["gap_from_regret"]) < 1e-6
+    assert rec["regret_over_0.5_states"] <= rec["regret_over_0_states"] <= rec["visited_states"]
+    assert rec["visited_states"] <= rec["live_states"] == 25 * 24 * 24
+    assert rec["se_discount"] == pytest.approx(0.99 ** 2)
+    assert rec["value_rmse"] >= abs(rec["value_bias"]) and rec["optimum_margin_median"] > 0
 
 
 def test_joint_argmax_takes_the_best_final_value():

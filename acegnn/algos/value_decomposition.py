@@ -47,6 +47,8 @@ class ValueDecompositionConfig(QLearningConfig):
     """QMIX hyper-network hidden width (QMIX paper: 64)."""
     qtran_hidden: int = 64
     """Width of QTRAN's joint Q and V networks."""
+    qtran_layers: int = 2
+    """Hidden fc + ReLU layers of QTRAN's joint Q network (its V network has one)."""
     lambda_opt: float = 1.0
     """QTRAN weight of L_opt (QTRAN paper: 1)."""
     lambda_nopt: float = 1.0
@@ -56,6 +58,9 @@ class ValueDecompositionConfig(QLearningConfig):
         super().__post_init__()
         if self.name not in METHODS:
             raise ValueError(f"algo.name must be one of {list(METHODS)} (got {self.name!r})")
+        for key in ("mixer_embed", "hyper_hidden", "qtran_hidden", "qtran_layers"):
+            if getattr(self, key) < 1:
+                raise ValueError(f"algo.{key} must be at least 1 (got {getattr(self, key)})")
 
 
 def masked(q: Tensor, available: Tensor) -> Tensor:
@@ -98,7 +103,8 @@ class ValueDecomposition(QLearner):
         elif cfg.name == "qmix":
             net["mixer"] = QMixer(n, state_dim, cfg.mixer_embed, cfg.hyper_hidden)
         elif cfg.name == "qtran":
-            net["qtran"] = QTranBase(n, self.num_actions, state_dim, cfg.qtran_hidden)
+            net["qtran"] = QTranBase(n, self.num_actions, state_dim, cfg.qtran_hidden,
+                                     cfg.qtran_layers)
         super().__init__(init_relu_layers(net, model.init), cfg, device)
 
     def inputs(self, graphs: Batch) -> FlatInputs:

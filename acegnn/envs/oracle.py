@@ -36,7 +36,7 @@ from torch import Tensor
 from acegnn.envs.spiders_fly import valid_starts
 
 __all__ = ["OracleSolution", "solve", "capture_within", "policy_capture", "policy_steps",
-           "summary", "main"]
+           "optimal_steps_q", "optimal_discounted_q", "visitation", "summary", "main"]
 
 _N_ACTIONS = 5
 _TIE_TOL = 1e-9
@@ -309,6 +309,111 @@ def policy_steps(grid_size: int, policy: Tensor, horizon: int) -> Tensor:
         steps = 1.0 + _backup(model, pol, steps, 0.0)
         steps[model.caught] = 0.0
     return torch.from_numpy(np.ascontiguousarray(steps))
+
+
+def optimal_steps_q(solution: OracleSolution) -> Tensor:
+    """Expected steps to capture after each joint action, the oracle acting after it.
+
+    ``Q[a0 * 5 + a1, s0, s1, f] = 1 + W(s0', s1', f)`` with ``W`` the expected optimal
+    steps after the fly's move (``0`` if the action catches it); ``inf`` where the
+    action leaves the grid, ``0`` at terminal states. ``Q[a] - expected_steps`` is the
+    regret of ``a`` in steps.
+
+    Returns:
+        Tensor: ``float64 [25, N*N, N*N, N*N]``.
+    """
+    model = _Model(solution.grid_size)
+    q = 1.0 + model.q_values(model.after_fly(solution.expected_steps.numpy(), 0.0))
+    q[:, model.caught] = np.where(np.isfinite(q[:, model.caught]), 0.0, np.inf)
+    return torch.from_numpy(q)
+
+
+def optimal_discounted_q(grid_size: int, gamma: float, reward: float = 10.0,
+                         tol: float = 1e-10, max_iters: int = 10_000) -> Tensor:
+    r"""Optimal discounted values of every joint action, the return a Q-learner fits.
+
+    .. math::
+        Q(s, a) = \begin{cases} r & \text{a spider lands on the fly} \\
+        \gamma\, \mathbb{E}_{f'} \max_{a'} Q(s', a') & \text{otherwise} \end{cases}
+
+    ACE-DQN with ``intermediate_discount`` discounts once per SE-state, so the value of
+    its last SE-state :math:`V(s, a_1, \ldots, a_n)` fits this with
+    :math:`\gamma^n` per environment step.
+
+    Args:
+        grid_size (int): side length ``N`` of the grid.
+        gamma (float): discount per environment step, in ``(0, 1)``.
+        reward (float, optional): capture reward. (default: ``10.0``)
+
+    Returns:
+        Tensor: ``float64 [25, N*N, N*N, N*N]``, ``-inf`` where the action leaves the
+        grid, ``0`` at terminal states.
+    """
+    _check_grid_size(grid_size)
+    if isinstance(gamma, bool) or not isinstance(gamma, (int, float)) or not 0 < gamma < 1:
+        raise ValueError(f"gamma must be a number in (0, 1) (got {gamma!r})")
+    model = _Model(grid_size)
+    value = np.zeros((model.n_cells,) * 3)
+    for _ in range(max_iters):
+        new_value = -model.bellman(-model.after_fly(gamma * value, reward))
+        new_value[model.caught] = 0.0
+        delta = float(np.abs(new_value - value).max())
+        value = new_value
+        if delta < tol:
+            break
+    else:
+        raise RuntimeError(f"value iteration did not converge within max_iters={max_iters}")
+    q = -model.q_values(-model.after_fly(gamma * value, reward))
+    q[:, model.caught] = np.where(np.isfinite(q[:, model.caught]), 0.0, -np.inf)
+    return torch.from_numpy(q)
+
+
+def visitation(grid_size: int, policy: Tensor, horizon: int,
+               starts: Optional[Tensor] = None) -> Tensor:
+    """Expected visits to every state in an episode of a joint policy.
+
+    ``d(s) = sum_{t < horizon} P(s_t = s)`` with ``s_0`` uniform over ``starts`` and
+    the fly's moves in expectation; terminal states are not counted, so ``d`` sums
+    to the expected episode length ``E[min(T, horizon)]``. With it the steps gap of a
+    policy splits over states (performance difference): ``sum_s d(s) (Q(s, policy(s))
+    - V(s))``, with :func:`optimal_steps_q` and ``V`` the oracle's expected steps,
+    equals the gap of the truncated episode plus ``E[V(s_horizon)]`` of the episodes
+    still running, so exactly the gap once the policy has caught the fly by then.
+
+    Args:
+        grid_size (int): side length ``N`` of the grid.
+        policy (Tensor): ``long [N*N, N*N, N*N]`` joint actions, as in
+            :func:`policy_capture`.
+        horizon (int): number of steps.
+        starts (Tensor, optional): ``LongTensor [S, 3, 2]`` start positions.
+            (default: every valid start)
+
+    Returns:
+        Tensor: ``float64 [N*N, N*N, N*N]``.
+    """
+    _check_grid_size(grid_size)
+    if isinstance(horizon, bool) or not isinstance(horizon, int) or horizon < 0:
+        raise ValueError(f"horizon must be a non-negative integer (got {horizon!r})")
+    model, pol = _Model(grid_size), _check_policy(policy, grid_size).reshape(-1)
+    c = model.n_cells
+    starts = valid_starts(grid_size) if starts is None else starts
+    cells = _flat_cells(starts, grid_size).numpy()
+    s0, s1, f = np.unravel_index(np.arange(c ** 3), (c, c, c))
+    n0, n1 = model.move[s0, pol // _N_ACTIONS], model.move[s1, pol % _N_ACTIONS]
+    live = ~model.caught[n0, n1, f]  # the fly survives the spiders' move
+    # successors: the fly's four moves and staying, with their probabilities
+    succ = np.concatenate([model.fly_next[f], f[:, None]], axis=1)  # [C^3, 5]
+    prob = np.concatenate([model.fly_prob[n0, n1, f], model.fly_stays[n0, n1, f][:, None]], axis=1)
+    dest = ((n0 * c + n1) * c)[:, None] + succ
+    prob = prob * live[:, None]
+    p = np.bincount(np.ravel_multi_index(cells.T, (c, c, c)), minlength=c ** 3) / max(len(cells), 1)
+    d = np.zeros(c ** 3)
+    caught = model.caught.reshape(-1)
+    for _ in range(horizon):
+        p = np.where(caught, 0.0, p)
+        d += p
+        p = np.bincount(dest.reshape(-1), weights=(p[:, None] * prob).reshape(-1), minlength=c ** 3)
+    return torch.from_numpy(d.reshape(c, c, c))
 
 
 def capture_within(solution: OracleSolution, starts: Tensor, horizon: int = 10) -> Tensor:

@@ -75,14 +75,21 @@ class QMixer(nn.Module):
 
 
 class QTranBase(nn.Module):
-    """``Q_jt(s, u)`` from the state and the one-hot joint action, and ``V(s)``."""
+    """``Q_jt(s, u)`` from the state and the one-hot joint action, and ``V(s)``.
 
-    def __init__(self, n_agents: int, num_actions: int, state_dim: int, hidden: int = 64) -> None:
+    Args:
+        hidden (int, optional): Width of both networks. (default: :obj:`64`)
+        layers (int, optional): Hidden fc + ReLU layers of ``Q_jt``; ``V`` has one.
+            (default: :obj:`2`)
+    """
+
+    def __init__(self, n_agents: int, num_actions: int, state_dim: int, hidden: int = 64,
+                 layers: int = 2) -> None:
         super().__init__()
         self.n_agents, self.num_actions = n_agents, num_actions
-        self.q_jt = nn.Sequential(nn.Linear(state_dim + n_agents * num_actions, hidden), nn.ReLU(),
-                                  nn.Linear(hidden, hidden), nn.ReLU(), nn.Linear(hidden, 1))
-        self.v = nn.Sequential(nn.Linear(state_dim, hidden), nn.ReLU(), nn.Linear(hidden, 1))
+        self.q_jt = nn.Sequential(*mlp(state_dim + n_agents * num_actions, hidden, layers),
+                                  nn.Linear(hidden, 1))
+        self.v = nn.Sequential(*mlp(state_dim, hidden, 1), nn.Linear(hidden, 1))
 
     def joint_q(self, state: Tensor, actions: Tensor) -> Tensor:
         """``[B, state_dim]``, ``[B, n]`` action ids -> ``[B]``"""
