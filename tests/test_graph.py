@@ -141,6 +141,77 @@ def test_dense_batch_equals_collated_states():
                        net.rollout(ref).candidate_values.nan_to_num())
 
 
+def _dense_inputs(B, seed, mask_prob=0.3):
+    schema = smac_like_schema()
+    g = torch.Generator().manual_seed(seed)
+    states = [random_state(schema, 3, 4, g, mask_prob=mask_prob) for _ in range(B)]
+    x = {t: torch.stack([d[t].x for d in states]) for t in schema.node_types}
+    ei = {et: states[0][et].edge_index for et in schema.edge_types}
+    ea = {et: torch.stack([d[et].edge_attr for d in states]) for et in schema.edge_types}
+    table = {k: states[0][ACTION][k] for k in ("kind", "actor_type", "actor", "target_type",
+                                               "target", "slot")}
+    avail = torch.stack([d[ACTION].available for d in states])
+    return schema, states, x, ei, ea, table, avail
+
+
+def _same_index(a, b):
+    for name, u, v in zip(a._fields, a, b):
+        if isinstance(u, dict):
+            assert u.keys() == v.keys() and all(torch.equal(u[k], v[k]) for k in u), name
+        elif torch.is_tensor(u):
+            assert torch.equal(u, v), name
+        else:
+            assert u == v, name
+
+
+def test_dense_layout_reuses_its_indexing_and_reads_availability_anew():
+    from acegnn.graph.dense import DenseLayout
+    from acegnn.graph.flat import flat_inputs
+    from acegnn.graph.index import compute_unit_index
+
+    schema, _, x, ei, ea, table, _ = _dense_inputs(4, 0)
+    layout = DenseLayout(schema, {"ally": 3, "enemy": 4}, ei, table)
+    for B, seed in [(4, 1), (2, 2), (4, 3)]:  # two batch sizes, one of them twice
+        schema, states, x, _, ea, _, avail = _dense_inputs(B, seed)
+        batch = layout.batch(x, ea, avail)
+        ref = collate(states)
+        for check in (False, True):
+            _same_index(unit_index(schema, batch, check=check), compute_unit_index(schema, ref))
+        got, want = flat_inputs(schema, batch), flat_inputs(schema, ref)
+        for u, v in zip(got[:3], want[:3]):
+            assert torch.equal(u, v)
+    assert set(k[0] for k in layout._tiles) == {2, 4}
+    # replaced index tensors: indexed from scratch, not from the cache
+    batch = layout.batch(x, ea, avail)
+    et = schema.edge_types[0] if isinstance(schema.edge_types, tuple) else list(schema.edge_types)[0]
+    batch[et].edge_index = batch[et].edge_index.flip(1)
+    _same_index(unit_index(schema, batch), compute_unit_index(schema, batch))
+    assert layout.cached(batch, "probe", lambda: "built") == "built"
+    assert "probe" not in layout._tiles[(4, "cpu")]
+
+
+def test_dense_layout_still_checks_bad_input():
+    from acegnn.graph.dense import DenseLayout
+
+    schema, _, x, ei, ea, table, avail = _dense_inputs(3, 0)
+    layout = DenseLayout(schema, {"ally": 3, "enemy": 4}, ei, table)
+    unit_index(schema, layout.batch(x, ea, avail))  # fills the cache
+    bad = dict(x, ally=x["ally"].clone())
+    bad["ally"][1, 0, 0] = float("nan")
+    with pytest.raises(ValueError, match="NaN"):
+        unit_index(schema, layout.batch(bad, ea, avail))
+    none = avail.clone()
+    none[2, table["actor"] == 1] = False
+    with pytest.raises(ValueError, match="agent 7 .* no available action"):
+        unit_index(schema, layout.batch(x, ea, none))
+    unit_index(schema, layout.batch(x, ea, none), check=False)  # unchecked, as before
+    with pytest.raises(ValueError, match="units per state"):
+        layout.batch({"ally": x["ally"][:, :2], "enemy": x["enemy"]}, ea, avail)
+    wrong = dict(table, actor_type=torch.ones_like(table["actor_type"]))
+    with pytest.raises(ValueError, match="agent type"):  # the structure is checked up front
+        DenseLayout(schema, {"ally": 3, "enemy": 4}, ei, wrong)
+
+
 def test_spiders_fly_graph_features():
     from acegnn.envs.spiders_fly_task import spiders_fly_graphs
 

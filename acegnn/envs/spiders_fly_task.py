@@ -27,7 +27,7 @@ from acegnn.envs.oracle import OracleSolution, policy_capture, policy_steps, sol
 from acegnn.envs.spiders_fly import (ACTION_NAMES, SpidersFlyEnv, action_mask_for, cell_coords,
                                     valid_starts)
 from acegnn.graph import ActionKind, GraphSchema, dense_actions
-from acegnn.graph.dense import dense_batch
+from acegnn.graph.dense import DenseLayout
 
 NODE_FEATURES = 5  # id one-hot (3) + (row, col) / (N - 1)
 EDGE_FEATURES = 2  # (drow, dcol) / (N - 1)
@@ -81,7 +81,6 @@ def live_states(grid_size: int) -> Tensor:
 
 def spiders_fly_graphs(positions: Tensor, grid_size: int, features: str = "scalar") -> Batch:
     """Graph batch of positions ``[B, 3, 2]`` (spider 0, spider 1, fly)."""
-    schema = spiders_fly_schema(grid_size, features)
     B, n = positions.size(0), grid_size
     cells = positions.long()
     ids = torch.eye(3).expand(B, 3, 3)
@@ -98,9 +97,17 @@ def spiders_fly_graphs(positions: Tensor, grid_size: int, features: str = "scala
             attr = torch.cat([attr, F.one_hot(delta + n - 1, 2 * n - 1).flatten(-2).float()], -1)
         edge_attr[et] = attr
     mask = action_mask_for(positions.long(), grid_size)  # [B, 2, 5]
+    return _layout(grid_size if features != "scalar" else None, features).batch(
+        x, edge_attr, mask.reshape(B, -1))
+
+
+@lru_cache(maxsize=None)
+def _layout(grid_size: Optional[int], features: str) -> DenseLayout:
+    """Units, edges and action table of every Spiders-and-Fly state."""
+    schema = _schema(grid_size, features)
     actions = dense_actions(schema, "spider", torch.arange(len(ACTION_NAMES)),
                             torch.ones(2, len(ACTION_NAMES), dtype=torch.bool))
-    return dense_batch(schema, x, EDGES, edge_attr, actions, mask.reshape(B, -1))
+    return DenseLayout(schema, {"spider": 2, "fly": 1}, EDGES, actions)
 
 
 class SpidersFlyTask(VecTask):

@@ -6,12 +6,14 @@ batches here: the edge structure and action lists are shared, features are stack
 """
 from __future__ import annotations
 
-from typing import Mapping
+from typing import Any, Callable, Dict, Mapping, Optional
 
 import torch
 from torch import Tensor
 from torch_geometric.data import Batch, HeteroData
 
+from acegnn.graph.index import (UnitIndex, check_available, check_features,
+                                compute_unit_index)
 from acegnn.graph.schema import ACTION, EdgeType, GraphSchema
 
 
@@ -20,6 +22,129 @@ def _tile(B: int, n: int, device) -> tuple:
     batch = torch.arange(B, device=device).repeat_interleave(n)
     ptr = torch.arange(B + 1, device=device) * n
     return batch, ptr
+
+
+class DenseLayout:
+    """The structure shared by every state of a dense environment: units per type,
+    local edges and the action table. Batches of it differ only in features and
+    availability, so the tiled index tensors of a batch size are built once and shared
+    by every batch of that size (they are never written to). The same holds for the
+    flat unit and action indexing of :func:`acegnn.graph.index.unit_index`: it is
+    computed (and validated) once per batch size and reused for batches that still hold
+    the layout's index tensors; only availability and features are read anew.
+
+    Args:
+        schema (GraphSchema): The environment's schema.
+        num_nodes (Mapping[str, int]): Units per node type in every state.
+        edge_index (Mapping[EdgeType, Tensor]): ``{e: [2, E_e]}`` local edge indices.
+        actions (Mapping[str, Tensor]): The action table of one state (see
+            :func:`acegnn.graph.dense_actions`); its ``available`` field is ignored.
+        cache_size (int, optional): Batch sizes whose tiling is kept. (default: :obj:`8`)
+    """
+
+    def __init__(self, schema: GraphSchema, num_nodes: Mapping[str, int],
+                 edge_index: Mapping[EdgeType, Tensor], actions: Mapping[str, Tensor],
+                 cache_size: int = 8) -> None:
+        self.schema = schema
+        self.num_nodes = {t: int(num_nodes[t]) for t in schema.node_types}
+        self.edge_index = {et: edge_index[et] for et in schema.edge_types}
+        self.actions = {k: v for k, v in actions.items() if k != "available"}
+        self.num_actions = int(actions["kind"].numel())
+        self.cache_size = cache_size
+        self._tiles: Dict[tuple, dict] = {}
+        # Validate the structure once (kinds, actors, targets), on one blank state.
+        x = {t: torch.zeros(1, n, schema.node_types[t]) for t, n in self.num_nodes.items()}
+        ea = {et: torch.zeros(1, ei.size(1), schema.edge_types[et])
+              for et, ei in self.edge_index.items()}
+        compute_unit_index(schema, self.batch(x, ea, torch.ones(1, self.num_actions, dtype=torch.bool)),
+                           check=True)
+        self._tiles.clear()
+
+    def _tiled(self, B: int, device) -> dict:
+        key = (B, str(device))
+        tiles = self._tiles.get(key)
+        if tiles is not None:
+            return tiles
+        tiles = {}
+        for t, n in self.num_nodes.items():
+            tiles[t] = _tile(B, n, device)
+        for et, ei in self.edge_index.items():
+            ei = ei.to(device)
+            E = ei.size(1)
+            step = torch.arange(B, device=device).repeat_interleave(E)
+            offset = torch.stack([step * self.num_nodes[et[0]], step * self.num_nodes[et[2]]])
+            tiles[et] = ei.repeat(1, B) + offset  # [2, B * E]
+        tiles[ACTION] = ({k: v.to(device).repeat(B) for k, v in self.actions.items()},
+                         *_tile(B, self.num_actions, device))
+        if len(self._tiles) >= self.cache_size:
+            self._tiles.pop(next(iter(self._tiles)))
+        self._tiles[key] = tiles
+        return tiles
+
+    def batch(self, x: Mapping[str, Tensor], edge_attr: Mapping[EdgeType, Tensor],
+              available: Tensor) -> Batch:
+        """A batch of ``B`` states: ``x`` ``{t: [B, n_t, F_t]}``, ``edge_attr``
+        ``{e: [B, E_e, F_e]}``, ``available`` ``[B, num_actions]``."""
+        B = available.size(0)
+        tiles = self._tiled(B, available.device)
+        out = Batch(_base_cls=HeteroData)
+        for t in self.schema.node_types:
+            xt = x[t]
+            if xt.size(1) != self.num_nodes[t]:
+                raise ValueError(f"node type '{t}' has {xt.size(1)} units per state; the "
+                                 f"layout has {self.num_nodes[t]}")
+            out[t].x = xt.reshape(B * xt.size(1), xt.size(2))
+            out[t].batch, out[t].ptr = tiles[t]
+        for et in self.schema.edge_types:
+            out[et].edge_index = tiles[et]
+            ea = edge_attr[et]
+            out[et].edge_attr = ea.reshape(B * ea.size(1), ea.size(2))
+        fields, a_batch, a_ptr = tiles[ACTION]
+        store = out[ACTION]
+        for key, value in fields.items():
+            store[key] = value
+        store.available = available.reshape(B * self.num_actions).bool()
+        store.batch, store.ptr = a_batch, a_ptr
+        store.num_nodes = B * self.num_actions
+        out._num_graphs = B
+        object.__setattr__(out, "_dense_layout", self)
+        return out
+
+    def unit_index(self, batch: Batch, check: bool) -> Optional[UnitIndex]:
+        """The flat indexing of a batch made by :meth:`batch`, from the cache; ``None``
+        if the batch's index tensors were replaced (then index it from scratch)."""
+        B = int(batch.num_graphs)
+        device = batch[ACTION].kind.device
+        tiles = self._tiles.get((B, str(device)))
+        if tiles is None or not self._holds(batch, tiles):
+            return None
+        idx = tiles.get("index")
+        if idx is None:  # the structure was validated in __init__
+            idx = tiles["index"] = compute_unit_index(self.schema, batch, check=False)
+        if check:
+            check_features(self.schema, batch)
+        available = batch[ACTION].available.bool()
+        if check:
+            check_available(idx, available)
+        return idx._replace(action_available=available)
+
+    def cached(self, batch: Batch, key, build: Callable[[], Any]) -> Any:
+        """``build()``, kept per batch size for batches of this layout that still hold
+        its index tensors (for anything that depends only on the structure)."""
+        tiles = self._tiles.get((int(batch.num_graphs), str(batch[ACTION].kind.device)))
+        if tiles is None or not self._holds(batch, tiles):
+            return build()
+        if key not in tiles:
+            tiles[key] = build()
+        return tiles[key]
+
+    def _holds(self, batch: Batch, tiles: dict) -> bool:
+        store = batch[ACTION]
+        fields = tiles[ACTION][0]
+        return (all(batch[t].batch is tiles[t][0] for t in self.num_nodes)
+                and all(batch[et].edge_index is tiles[et] for et in self.edge_index)
+                and all(store[k] is v for k, v in fields.items())
+                and store.batch is tiles[ACTION][1])
 
 
 def dense_batch(
@@ -45,33 +170,9 @@ def dense_batch(
 
     Returns:
         A :class:`~torch_geometric.data.Batch` equal to collating ``B`` states built with
-        :func:`acegnn.graph.build_state`.
+        :func:`acegnn.graph.build_state`. Environments that build many batches keep a
+        :class:`DenseLayout` instead, which reuses the index tensors.
     """
-    B = available.size(0)
-    device = available.device
-    out = Batch(_base_cls=HeteroData)
-    for t in schema.node_types:
-        xt = x[t]
-        n = xt.size(1)
-        out[t].x = xt.reshape(B * n, xt.size(2))
-        out[t].batch, out[t].ptr = _tile(B, n, device)
-    for et in schema.edge_types:
-        ei = edge_index[et].to(device)
-        E = ei.size(1)
-        n_src, n_dst = x[et[0]].size(1), x[et[2]].size(1)
-        step = torch.arange(B, device=device).repeat_interleave(E)
-        offset = torch.stack([step * n_src, step * n_dst])  # [2, B * E]
-        out[et].edge_index = ei.repeat(1, B) + offset
-        ea = edge_attr[et]
-        out[et].edge_attr = ea.reshape(B * E, ea.size(2))
-    A = actions["kind"].numel()
-    store = out[ACTION]
-    for key, value in actions.items():
-        if key == "available":
-            continue
-        store[key] = value.to(device).repeat(B)
-    store.available = available.reshape(B * A).bool()
-    store.batch, store.ptr = _tile(B, A, device)
-    store.num_nodes = B * A
-    out._num_graphs = B
-    return out
+    layout = DenseLayout(schema, {t: x[t].size(1) for t in schema.node_types}, edge_index,
+                         actions, cache_size=1)
+    return layout.batch(x, edge_attr, available)

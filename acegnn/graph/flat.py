@@ -8,7 +8,7 @@ units have fixed counts per type, as every graph of a :func:`dense_batch` has.
 """
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Dict, NamedTuple, Tuple
 
 import torch
 from torch import Tensor
@@ -25,6 +25,37 @@ class FlatInputs(NamedTuple):
     index: UnitIndex
 
 
+class _FlatPlan(NamedTuple):
+    """Where each agent's features come from; depends only on the batch's structure."""
+
+    own: Dict[str, Tensor]  # agent type -> position among the agents of each node row
+    edges: Dict[tuple, Tuple[Tensor, int]]  # edge type -> (edge order, edges per agent)
+
+
+def _flat_plan(schema: GraphSchema, batch: Batch, idx: UnitIndex) -> _FlatPlan:
+    B, n = idx.num_graphs, idx.num_agents
+    if B == 0 or n % B != 0 or not bool((idx.agent_ptr[1:] - idx.agent_ptr[:-1] == n // B).all()):
+        raise ValueError("value-factorisation baselines need the same number of agents in "
+                         "every state")
+    counts = idx.unit_count
+    if not bool((counts == counts[0]).all()):
+        raise ValueError("value-factorisation baselines need the same units in every state")
+    own = {t: torch.searchsorted(idx.agents, idx.flat[t]) for t in schema.agent_types}
+    edges = {}
+    for et in schema.edge_types:
+        if et[0] not in schema.agent_types:
+            continue
+        ei = batch[et].edge_index
+        src_agent = torch.searchsorted(idx.agents, idx.flat[et[0]][ei[0]])
+        key = src_agent * (int(ei[1].max()) + 1 if ei.numel() else 1) + ei[1]
+        deg = torch.bincount(src_agent, minlength=n)
+        if ei.numel() and not bool((deg == deg[0]).all()):
+            raise ValueError(f"agents have different numbers of {et} edges; baselines need "
+                             f"fixed-size inputs")
+        edges[et] = (torch.argsort(key), int(deg[0]) if ei.numel() else 0)
+    return _FlatPlan(own, edges)
+
+
 def flat_inputs(schema: GraphSchema, batch: Batch, check: bool = True) -> FlatInputs:
     """Per-agent observation vectors, global state vectors and action masks.
 
@@ -33,38 +64,21 @@ def flat_inputs(schema: GraphSchema, batch: Batch, check: bool = True) -> FlatIn
             outgoing edges or actions (no fixed-size vector exists then).
     """
     idx = unit_index(schema, batch, check=check)
+    layout = batch.__dict__.get("_dense_layout")
+    build = lambda: _flat_plan(schema, batch, idx)  # noqa: E731
+    same = layout is not None and (layout.schema is schema or layout.schema == schema)
+    plan = layout.cached(batch, "flat", build) if same else build()
     B, n = idx.num_graphs, idx.num_agents
-    if B == 0 or n % B != 0 or not bool((idx.agent_ptr[1:] - idx.agent_ptr[:-1] == n // B).all()):
-        raise ValueError("value-factorisation baselines need the same number of agents in "
-                         "every state")
     per_graph = n // B
-    # own node features, agents graph-major
     feats = []
-    for t in schema.agent_types:
-        rows = idx.flat[t]
-        order = torch.searchsorted(idx.agents, rows)
+    for t, order in plan.own.items():  # own node features, agents graph-major
         own = batch[t].x.new_zeros(n, schema.node_types[t])
         own[order] = batch[t].x
         feats.append(own)
-    # edges from each agent to every other unit, per edge type, ordered by destination
-    for et in schema.edge_types:
-        if et[0] not in schema.agent_types:
-            continue
-        ei, ea = batch[et].edge_index, batch[et].edge_attr
-        src_rows = idx.flat[et[0]][ei[0]]
-        src_agent = torch.searchsorted(idx.agents, src_rows)
-        key = src_agent * (int(ei[1].max()) + 1 if ei.numel() else 1) + ei[1]
-        perm = torch.argsort(key)
-        deg = torch.bincount(src_agent, minlength=n)
-        if ei.numel() and not bool((deg == deg[0]).all()):
-            raise ValueError(f"agents have different numbers of {et} edges; baselines need "
-                             f"fixed-size inputs")
-        d = int(deg[0]) if ei.numel() else 0
+    for et, (perm, d) in plan.edges.items():  # edges to every other unit, by destination
+        ea = batch[et].edge_attr
         feats.append(ea[perm].reshape(n, d * ea.size(1)))
     agent_obs = torch.cat(feats, dim=1).view(B, per_graph, -1)
-    counts = idx.unit_count
-    if not bool((counts == counts[0]).all()):
-        raise ValueError("value-factorisation baselines need the same units in every state")
     state = torch.cat([batch[t].x.reshape(B, -1) for t in schema.node_types], dim=1)
     slots = int(idx.action_slot.max()) + 1
     available = torch.zeros(n, slots, dtype=torch.bool, device=state.device)

@@ -52,16 +52,29 @@ def _ptr(store, num_graphs: int, device) -> Tensor:
 def unit_index(schema: GraphSchema, batch: Batch, check: bool = True) -> UnitIndex:
     """Compute the flat layout of ``batch`` and validate it against ``schema``.
 
+    A batch built by a :class:`~acegnn.graph.dense.DenseLayout` reuses the layout's
+    indexing of its batch size (validated once).
+
     Raises:
         ValueError: on a feature width that does not match the schema, NaN or infinite
             features, an action whose kind, actor or target is not in the graph, or an
             agent without any available action.
     """
+    layout = batch.__dict__.get("_dense_layout")
+    if layout is not None and (layout.schema is schema or layout.schema == schema):
+        idx = layout.unit_index(batch, check)
+        if idx is not None:
+            return idx
+    return compute_unit_index(schema, batch, check)
+
+
+def compute_unit_index(schema: GraphSchema, batch: Batch, check: bool = True) -> UnitIndex:
+    """:func:`unit_index` from scratch."""
     names = schema.node_type_names
     num_graphs = int(batch.num_graphs)
     device = batch[names[0]].x.device
     if check:
-        _check_features(schema, batch)
+        check_features(schema, batch)
 
     ptrs = torch.stack([_ptr(batch[t], num_graphs, device) for t in names])  # [T, B + 1]
     counts = ptrs[:, 1:] - ptrs[:, :-1]  # [T, B]
@@ -144,22 +157,29 @@ def unit_index(schema: GraphSchema, batch: Batch, check: bool = True) -> UnitInd
     action_target = torch.where(has_target, tgt_rows, torch.full_like(tgt_rows, -1))
     action_agent = agent_of_row[action_actor]
     available = store.available.bool()
-    if check and agents.numel() > 0:
-        n_avail = torch.bincount(action_agent[available], minlength=agents.numel())
-        if bool((n_avail == 0).any()):
-            i = int((n_avail == 0).nonzero()[0])
-            raise ValueError(f"agent {i} (graph {int(agent_batch[i])}) has no available action; "
-                             f"every agent needs at least one (e.g. a no-op for dead units)")
-
-    return UnitIndex(
+    idx = UnitIndex(
         num_graphs=num_graphs, num_units=num_units, unit_batch=unit_batch,
         unit_count=unit_count, unit_ptr=unit_ptr, flat=flat, agents=agents,
         agent_batch=agent_batch, agent_ptr=agent_ptr, action_kind=kind,
         action_agent=action_agent, action_actor=action_actor, action_target=action_target,
         action_slot=store.slot, action_available=available, action_batch=a_batch)
+    if check:
+        check_available(idx, available)
+    return idx
 
 
-def _check_features(schema: GraphSchema, batch: Batch) -> None:
+def check_available(idx: UnitIndex, available: Tensor) -> None:
+    """Every agent needs an available action."""
+    if idx.num_agents == 0:
+        return
+    n_avail = torch.bincount(idx.action_agent[available], minlength=idx.num_agents)
+    if bool((n_avail == 0).any()):
+        i = int((n_avail == 0).nonzero()[0])
+        raise ValueError(f"agent {i} (graph {int(idx.agent_batch[i])}) has no available action; "
+                         f"every agent needs at least one (e.g. a no-op for dead units)")
+
+
+def check_features(schema: GraphSchema, batch: Batch) -> None:
     for t, dim in schema.node_types.items():
         x = batch[t].x
         if x.dim() != 2 or x.size(1) != dim:
