@@ -121,8 +121,9 @@ class ACEDQN(QLearner):
                 inner = target.max_value[nxt]
                 boot = next_t.max_value[first] if next_t.rank.numel() else None
             # s' without agents (every unit gone): bootstrap from V'(s') of the bare state
-            bare = self.target_net.value(next_t.final_units, next_t.encoded)[b]
-            boot = bare if boot is None else torch.where(has_first, boot, bare)
+            if boot is None or not bool(has_first.all()):
+                bare = self.target_net.value(next_t.final_units, next_t.encoded)[b]
+                boot = bare if boot is None else torch.where(has_first, boot, bare)
             reward, terminated = reward.to(self.device), terminated.to(self.device)
             last = reward[b] + cfg.gamma * (~terminated[b]).to(boot.dtype) * boot
             gamma_se = cfg.gamma if cfg.intermediate_discount else 1.0
