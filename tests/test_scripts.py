@@ -120,3 +120,13 @@ def test_bench_update_prints_timings():
                 "--repeats", "1", "--updates", "1", "--compare-all-values"])
     rec = json.loads(text.strip().splitlines()[-1])
     assert rec["batch_size"] == 16 and rec["update_ms"] > 0 and rec["all_values_update_ms"] > 0
+
+
+def test_bench_graphs_times_layout_and_scratch(tmp_path):
+    out = tmp_path / "g.json"
+    run(["scripts/bench_graphs.py", "--grid", "5", "--sizes", "3", "--calls", "2", "--repeats", "1",
+         "--json", str(out)])
+    (rec,) = json.loads(out.read_text())
+    assert rec["grid"] == 5 and rec["batch"] == 3
+    for part in ("build", "index", "flat"):
+        assert rec[f"{part}_layout_ms"] > 0 and rec[f"{part}_scratch_ms"] > 0

@@ -40,11 +40,14 @@ class DenseLayout:
         actions (Mapping[str, Tensor]): The action table of one state (see
             :func:`acegnn.graph.dense_actions`); its ``available`` field is ignored.
         cache_size (int, optional): Batch sizes whose tiling is kept. (default: :obj:`8`)
+        validate (bool, optional): Check the structure now, and let batches reuse the
+            indexing; without, batches are indexed (and checked) from scratch like any
+            other. (default: :obj:`True`)
     """
 
     def __init__(self, schema: GraphSchema, num_nodes: Mapping[str, int],
                  edge_index: Mapping[EdgeType, Tensor], actions: Mapping[str, Tensor],
-                 cache_size: int = 8) -> None:
+                 cache_size: int = 8, validate: bool = True) -> None:
         self.schema = schema
         self.num_nodes = {t: int(num_nodes[t]) for t in schema.node_types}
         self.edge_index = {et: edge_index[et] for et in schema.edge_types}
@@ -52,6 +55,9 @@ class DenseLayout:
         self.num_actions = int(actions["kind"].numel())
         self.cache_size = cache_size
         self._tiles: Dict[tuple, dict] = {}
+        self.validated = False
+        if not validate:
+            return
         # Validate the structure once (kinds, actors, targets), on one blank state.
         x = {t: torch.zeros(1, n, schema.node_types[t]) for t, n in self.num_nodes.items()}
         ea = {et: torch.zeros(1, ei.size(1), schema.edge_types[et])
@@ -59,6 +65,7 @@ class DenseLayout:
         compute_unit_index(schema, self.batch(x, ea, torch.ones(1, self.num_actions, dtype=torch.bool)),
                            check=True)
         self._tiles.clear()
+        self.validated = True
 
     def _tiled(self, B: int, device) -> dict:
         key = (B, str(device))
@@ -107,7 +114,8 @@ class DenseLayout:
         store.batch, store.ptr = a_batch, a_ptr
         store.num_nodes = B * self.num_actions
         out._num_graphs = B
-        object.__setattr__(out, "_dense_layout", self)
+        if self.validated:
+            object.__setattr__(out, "_dense_layout", self)
         return out
 
     def unit_index(self, batch: Batch, check: bool) -> Optional[UnitIndex]:
@@ -174,5 +182,5 @@ def dense_batch(
         :class:`DenseLayout` instead, which reuses the index tensors.
     """
     layout = DenseLayout(schema, {t: x[t].size(1) for t in schema.node_types}, edge_index,
-                         actions, cache_size=1)
+                         actions, cache_size=1, validate=False)
     return layout.batch(x, edge_attr, available)
