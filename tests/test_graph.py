@@ -119,28 +119,6 @@ def test_missing_types_are_stored_empty_and_batch():
     assert ro.actions.shape == (3,)
 
 
-def test_dense_batch_equals_collated_states():
-    from acegnn.graph.dense import dense_batch
-
-    schema = smac_like_schema()
-    g = torch.Generator().manual_seed(3)
-    states = [random_state(schema, 3, 4, g, mask_prob=0.3) for _ in range(5)]
-    ref = collate(states)
-    x = {t: torch.stack([d[t].x for d in states]) for t in schema.node_types}
-    ei = {et: states[0][et].edge_index for et in schema.edge_types}
-    ea = {et: torch.stack([d[et].edge_attr for d in states]) for et in schema.edge_types}
-    table = {k: states[0][ACTION][k] for k in ("kind", "actor_type", "actor", "target_type",
-                                               "target", "slot")}
-    avail = torch.stack([d[ACTION].available for d in states])
-    dense = dense_batch(schema, x, ei, ea, table, avail)
-    for key in list(schema.node_types) + list(schema.edge_types) + [ACTION]:
-        for k, v in ref[key].items():
-            assert torch.equal(dense[key][k], v) if torch.is_tensor(v) else dense[key][k] == v, (key, k)
-    net = ACENetwork(schema, hidden=8)
-    assert torch.equal(net.rollout(dense).candidate_values.nan_to_num(),
-                       net.rollout(ref).candidate_values.nan_to_num())
-
-
 def _dense_inputs(B, seed, mask_prob=0.3):
     schema = smac_like_schema()
     g = torch.Generator().manual_seed(seed)
@@ -152,6 +130,20 @@ def _dense_inputs(B, seed, mask_prob=0.3):
                                                "target", "slot")}
     avail = torch.stack([d[ACTION].available for d in states])
     return schema, states, x, ei, ea, table, avail
+
+
+def test_dense_batch_equals_collated_states():
+    from acegnn.graph.dense import dense_batch
+
+    schema, states, x, ei, ea, table, avail = _dense_inputs(5, 3)
+    ref = collate(states)
+    dense = dense_batch(schema, x, ei, ea, table, avail)
+    for key in list(schema.node_types) + list(schema.edge_types) + [ACTION]:
+        for k, v in ref[key].items():
+            assert torch.equal(dense[key][k], v) if torch.is_tensor(v) else dense[key][k] == v, (key, k)
+    net = ACENetwork(schema, hidden=8)
+    assert torch.equal(net.rollout(dense).candidate_values.nan_to_num(),
+                       net.rollout(ref).candidate_values.nan_to_num())
 
 
 def _same_index(a, b):
