@@ -71,8 +71,12 @@ def anatomy(task, learner, table: torch.Tensor, gamma_se: float) -> dict:
     """Where the steps gap of a policy table comes from, and how precise the value is.
 
     Regret: per live state, the oracle's expected steps after the policy's joint action
-    minus its optimum; weighted by the policy's expected visits from the valid starts,
-    it sums to the steps gap (performance difference). Value precision: over the
+    minus its optimum. Weighted by the policy's expected visits from the valid starts
+    within ``10 x time_limit`` steps it sums (performance difference) to the steps gap of
+    episodes that long, plus the oracle's expected steps from wherever the fly is still
+    free at their end: ``uncaught_at_horizon`` is that probability, ``0`` for a policy
+    that always catches the fly, and then the sum is the untruncated steps gap (close to
+    the evaluated one, which truncates at the time limit). Value precision: over the
     visited states and all their joint actions, the learned last-SE-state value against
     the exact optimum of the return it fits (capture reward, ``gamma_se`` per step);
     ``centred`` removes each state's mean first, the part that decides actions, to be
@@ -88,7 +92,8 @@ def anatomy(task, learner, table: torch.Tensor, gamma_se: float) -> dict:
     regret = torch.where(live, regret, torch.zeros_like(regret))
     visited = (visits > 1e-12) & live
     out = {"visited_states": int(visited.sum()), "live_states": int(live.sum()),
-           "gap_from_regret": float((visits * regret).sum())}
+           "gap_from_regret": float((visits * regret).sum()),
+           "uncaught_at_horizon": float((visitation(n, table, horizon + 1) - visits).sum())}
     for thr in (0.0, 0.5):
         bad = visited & (regret > thr + 1e-9)
         out[f"regret_over_{thr:g}_states"] = int(bad.sum())
@@ -108,7 +113,8 @@ def anatomy(task, learner, table: torch.Tensor, gamma_se: float) -> dict:
     out.update(se_discount=gamma_se, value_bias=float(err.mean()),
                value_rmse=float(err.pow(2).mean().sqrt()),
                value_centred_rmse=float(centred.pow(2).mean().sqrt()),
-               optimum_margin_median=float(margin[margin > 1e-9].median()))
+               optimum_margin_median=float(margin[margin > 1e-9].median())
+               if bool((margin > 1e-9).any()) else float("nan"))
     return out
 
 

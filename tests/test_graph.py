@@ -173,13 +173,25 @@ def test_dense_layout_reuses_its_indexing_and_reads_availability_anew():
         for u, v in zip(got[:3], want[:3]):
             assert torch.equal(u, v)
     assert set(k[0] for k in layout._tiles) == {2, 4}
-    # replaced index tensors: indexed from scratch, not from the cache
+    cached = layout._tiles[(4, "cpu")]["index"]  # the cache is used ...
+    assert unit_index(schema, layout.batch(x, ea, avail)).agents is cached.agents
+    # ... but not for a batch whose structure was replaced: indexed from scratch
     batch = layout.batch(x, ea, avail)
-    et = schema.edge_types[0] if isinstance(schema.edge_types, tuple) else list(schema.edge_types)[0]
-    batch[et].edge_index = batch[et].edge_index.flip(1)
-    _same_index(unit_index(schema, batch), compute_unit_index(schema, batch))
+    swapped = batch[ACTION].actor.clone()
+    swapped[batch[ACTION].actor_type == 0] = 2 - swapped[batch[ACTION].actor_type == 0]
+    batch[ACTION].actor = swapped  # allies 0 and 2 trade their action lists
+    got = unit_index(schema, batch)
+    _same_index(got, compute_unit_index(schema, batch))
+    assert not torch.equal(got.action_actor, cached.action_actor)
     assert layout.cached(batch, "probe", lambda: "built") == "built"
     assert "probe" not in layout._tiles[(4, "cpu")]
+    # nor after an in-place write to a shared tensor, which retires the cached tiling
+    batch = layout.batch(x, ea, avail)
+    batch[ACTION].actor.copy_(swapped)
+    _same_index(unit_index(schema, batch), compute_unit_index(schema, batch))
+    assert (4, "cpu") not in layout._tiles
+    fresh = layout.batch(x, ea, avail)
+    _same_index(unit_index(schema, fresh), cached._replace(action_available=fresh[ACTION].available))
 
 
 def test_dense_layout_still_checks_bad_input():
@@ -197,8 +209,14 @@ def test_dense_layout_still_checks_bad_input():
     with pytest.raises(ValueError, match="agent 7 .* no available action"):
         unit_index(schema, layout.batch(x, ea, none))
     unit_index(schema, layout.batch(x, ea, none), check=False)  # unchecked, as before
-    with pytest.raises(ValueError, match="units per state"):
+    with pytest.raises(ValueError, match="3 units each"):
         layout.batch({"ally": x["ally"][:, :2], "enemy": x["enemy"]}, ea, avail)
+    with pytest.raises(ValueError, match="edge type .* edges each"):
+        layout.batch(x, {et: a[:, :-1] for et, a in ea.items()}, avail)
+    with pytest.raises(ValueError, match="one flag per action"):
+        layout.batch(x, ea, avail[:, :-1])
+    with pytest.raises(ValueError, match="cache_size"):
+        DenseLayout(schema, {"ally": 3, "enemy": 4}, ei, table, cache_size=0)
     wrong = dict(table, actor_type=torch.ones_like(table["actor_type"]))
     with pytest.raises(ValueError, match="agent type"):  # the structure is checked up front
         DenseLayout(schema, {"ally": 3, "enemy": 4}, ei, wrong)

@@ -183,6 +183,24 @@ class OracleSolution:
         return torch.stack([joint // _N_ACTIONS, joint % _N_ACTIONS], dim=-1)
 
 
+def _value_iteration(sweep, value: np.ndarray, tol: float, max_iters: int):
+    """Apply ``sweep`` until the largest change is below ``tol``; (value, sweeps)."""
+    if not (isinstance(tol, (int, float)) and not isinstance(tol, bool) and tol > 0):
+        raise ValueError(f"tol must be a positive number (got {tol!r})")
+    if isinstance(max_iters, bool) or not isinstance(max_iters, int) or max_iters < 1:
+        raise ValueError(f"max_iters must be a positive integer (got {max_iters!r})")
+    delta = math.inf
+    for iterations in range(1, max_iters + 1):
+        new_value = sweep(value)
+        delta = float(np.abs(new_value - value).max())
+        value = new_value
+        if delta < tol:
+            return value, iterations
+    raise RuntimeError(
+        f"value iteration did not converge within max_iters={max_iters} (last change {delta:.3e})"
+    )
+
+
 def solve(grid_size: int, tol: float = 1e-10, max_iters: int = 10_000) -> OracleSolution:
     """Solve Spiders-and-Fly exactly by value iteration over all states.
 
@@ -200,29 +218,15 @@ def solve(grid_size: int, tol: float = 1e-10, max_iters: int = 10_000) -> Oracle
         RuntimeError: if value iteration did not converge within ``max_iters``.
     """
     _check_grid_size(grid_size)
-    if not (isinstance(tol, (int, float)) and not isinstance(tol, bool) and tol > 0):
-        raise ValueError(f"tol must be a positive number (got {tol!r})")
-    if isinstance(max_iters, bool) or not isinstance(max_iters, int) or max_iters < 1:
-        raise ValueError(f"max_iters must be a positive integer (got {max_iters!r})")
-
     t0 = time.perf_counter()
     model = _Model(grid_size)
-    value = np.zeros((model.n_cells,) * 3)
-    converged = False
-    iterations = 0
-    delta = math.inf
-    for iterations in range(1, max_iters + 1):
+
+    def sweep(value: np.ndarray) -> np.ndarray:
         new_value = 1.0 + model.bellman(model.after_fly(value, 0.0))
         new_value[model.caught] = 0.0
-        delta = float(np.abs(new_value - value).max())
-        value = new_value
-        if delta < tol:
-            converged = True
-            break
-    if not converged:
-        raise RuntimeError(
-            f"value iteration did not converge within max_iters={max_iters} (last change {delta:.3e})"
-        )
+        return new_value
+
+    value, iterations = _value_iteration(sweep, np.zeros((model.n_cells,) * 3), tol, max_iters)
 
     q = model.q_values(model.after_fly(value, 0.0))
     q_min = q.min(axis=0)
@@ -353,16 +357,13 @@ def optimal_discounted_q(grid_size: int, gamma: float, reward: float = 10.0,
     if isinstance(gamma, bool) or not isinstance(gamma, (int, float)) or not 0 < gamma < 1:
         raise ValueError(f"gamma must be a number in (0, 1) (got {gamma!r})")
     model = _Model(grid_size)
-    value = np.zeros((model.n_cells,) * 3)
-    for _ in range(max_iters):
+
+    def sweep(value: np.ndarray) -> np.ndarray:
         new_value = -model.bellman(-model.after_fly(gamma * value, reward))
         new_value[model.caught] = 0.0
-        delta = float(np.abs(new_value - value).max())
-        value = new_value
-        if delta < tol:
-            break
-    else:
-        raise RuntimeError(f"value iteration did not converge within max_iters={max_iters}")
+        return new_value
+
+    value, _ = _value_iteration(sweep, np.zeros((model.n_cells,) * 3), tol, max_iters)
     q = -model.q_values(-model.after_fly(gamma * value, reward))
     q[:, model.caught] = np.where(np.isfinite(q[:, model.caught]), 0.0, -np.inf)
     return torch.from_numpy(q)

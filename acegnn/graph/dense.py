@@ -48,10 +48,12 @@ class DenseLayout:
     def __init__(self, schema: GraphSchema, num_nodes: Mapping[str, int],
                  edge_index: Mapping[EdgeType, Tensor], actions: Mapping[str, Tensor],
                  cache_size: int = 8, validate: bool = True) -> None:
+        if isinstance(cache_size, bool) or not isinstance(cache_size, int) or cache_size < 1:
+            raise ValueError(f"cache_size must be a positive integer (got {cache_size!r})")
         self.schema = schema
         self.num_nodes = {t: int(num_nodes[t]) for t in schema.node_types}
-        self.edge_index = {et: edge_index[et] for et in schema.edge_types}
-        self.actions = {k: v for k, v in actions.items() if k != "available"}
+        self.edge_index = {et: edge_index[et].clone() for et in schema.edge_types}
+        self.actions = {k: v.clone() for k, v in actions.items() if k != "available"}
         self.num_actions = int(actions["kind"].numel())
         self.cache_size = cache_size
         self._tiles: Dict[tuple, dict] = {}
@@ -72,17 +74,24 @@ class DenseLayout:
         tiles = self._tiles.get(key)
         if tiles is not None:
             return tiles
-        tiles = {}
+        shared = []  # (store key, attribute, tensor) of every tensor batches share
         for t, n in self.num_nodes.items():
-            tiles[t] = _tile(B, n, device)
+            batch, ptr = _tile(B, n, device)
+            shared += [(t, "batch", batch), (t, "ptr", ptr)]
         for et, ei in self.edge_index.items():
             ei = ei.to(device)
             E = ei.size(1)
             step = torch.arange(B, device=device).repeat_interleave(E)
             offset = torch.stack([step * self.num_nodes[et[0]], step * self.num_nodes[et[2]]])
-            tiles[et] = ei.repeat(1, B) + offset  # [2, B * E]
-        tiles[ACTION] = ({k: v.to(device).repeat(B) for k, v in self.actions.items()},
-                         *_tile(B, self.num_actions, device))
+            shared.append((et, "edge_index", ei.repeat(1, B) + offset))  # [2, B * E]
+        shared += [(ACTION, k, v.to(device).repeat(B)) for k, v in self.actions.items()]
+        a_batch, a_ptr = _tile(B, self.num_actions, device)
+        shared += [(ACTION, "batch", a_batch), (ACTION, "ptr", a_ptr)]
+        by_store: Dict[Any, list] = {}
+        for store, attr, tensor in shared:
+            by_store.setdefault(store, []).append((attr, tensor))
+        tiles = {"shared": shared, "by_store": list(by_store.items()),
+                 "versions": [v._version for _, _, v in shared]}
         if len(self._tiles) >= self.cache_size:
             self._tiles.pop(next(iter(self._tiles)))
         self._tiles[key] = tiles
@@ -91,40 +100,59 @@ class DenseLayout:
     def batch(self, x: Mapping[str, Tensor], edge_attr: Mapping[EdgeType, Tensor],
               available: Tensor) -> Batch:
         """A batch of ``B`` states: ``x`` ``{t: [B, n_t, F_t]}``, ``edge_attr``
-        ``{e: [B, E_e, F_e]}``, ``available`` ``[B, num_actions]``."""
+        ``{e: [B, E_e, F_e]}``, ``available`` ``[B, num_actions]``. Its index tensors are
+        shared with the other batches of its size: treat them as read-only (an in-place
+        write is noticed, and the layout then tiles that size anew)."""
         B = available.size(0)
+        if available.dim() != 2 or available.size(1) != self.num_actions:
+            raise ValueError(f"available must be [B, {self.num_actions}] (one flag per action "
+                             f"of the layout), got {tuple(available.shape)}")
+        for t, n in self.num_nodes.items():
+            if x[t].dim() != 3 or x[t].shape[:2] != (B, n):
+                raise ValueError(f"node type '{t}' features must be [{B}, {n}, F] (B states, "
+                                 f"{n} units each), got {tuple(x[t].shape)}")
+        for et, ei in self.edge_index.items():
+            if edge_attr[et].dim() != 3 or edge_attr[et].shape[:2] != (B, ei.size(1)):
+                raise ValueError(f"edge type {et} features must be [{B}, {ei.size(1)}, F] "
+                                 f"(B states, {ei.size(1)} edges each), got {tuple(edge_attr[et].shape)}")
         tiles = self._tiled(B, available.device)
         out = Batch(_base_cls=HeteroData)
         for t in self.schema.node_types:
-            xt = x[t]
-            if xt.size(1) != self.num_nodes[t]:
-                raise ValueError(f"node type '{t}' has {xt.size(1)} units per state; the "
-                                 f"layout has {self.num_nodes[t]}")
-            out[t].x = xt.reshape(B * xt.size(1), xt.size(2))
-            out[t].batch, out[t].ptr = tiles[t]
+            out[t].x = x[t].reshape(B * self.num_nodes[t], x[t].size(2))
         for et in self.schema.edge_types:
-            out[et].edge_index = tiles[et]
             ea = edge_attr[et]
             out[et].edge_attr = ea.reshape(B * ea.size(1), ea.size(2))
-        fields, a_batch, a_ptr = tiles[ACTION]
+        for key, attr, tensor in tiles["shared"]:
+            out[key][attr] = tensor
         store = out[ACTION]
-        for key, value in fields.items():
-            store[key] = value
         store.available = available.reshape(B * self.num_actions).bool()
-        store.batch, store.ptr = a_batch, a_ptr
         store.num_nodes = B * self.num_actions
         out._num_graphs = B
         if self.validated:
             object.__setattr__(out, "_dense_layout", self)
         return out
 
+    def _entry(self, batch: Batch) -> Optional[dict]:
+        """The cache entry of a batch's size if the batch still holds its shared tensors
+        and none of them was written to since (then the entry is dropped)."""
+        key = (int(batch.num_graphs), str(batch[ACTION].kind.device))
+        tiles = self._tiles.get(key)
+        if tiles is None:
+            return None
+        if any(v._version != version for (_, _, v), version in zip(tiles["shared"], tiles["versions"])):
+            del self._tiles[key]  # written in place: no batch may reuse it
+            return None
+        for store, held in tiles["by_store"]:
+            mapping = batch[store]._mapping
+            if any(mapping.get(attr) is not tensor for attr, tensor in held):
+                return None
+        return tiles
+
     def unit_index(self, batch: Batch, check: bool) -> Optional[UnitIndex]:
         """The flat indexing of a batch made by :meth:`batch`, from the cache; ``None``
-        if the batch's index tensors were replaced (then index it from scratch)."""
-        B = int(batch.num_graphs)
-        device = batch[ACTION].kind.device
-        tiles = self._tiles.get((B, str(device)))
-        if tiles is None or not self._holds(batch, tiles):
+        if the batch no longer holds the layout's index tensors (index it from scratch)."""
+        tiles = self._entry(batch)
+        if tiles is None:
             return None
         idx = tiles.get("index")
         if idx is None:  # the structure was validated in __init__
@@ -139,20 +167,20 @@ class DenseLayout:
     def cached(self, batch: Batch, key, build: Callable[[], Any]) -> Any:
         """``build()``, kept per batch size for batches of this layout that still hold
         its index tensors (for anything that depends only on the structure)."""
-        tiles = self._tiles.get((int(batch.num_graphs), str(batch[ACTION].kind.device)))
-        if tiles is None or not self._holds(batch, tiles):
+        tiles = self._entry(batch)
+        if tiles is None:
             return build()
         if key not in tiles:
             tiles[key] = build()
         return tiles[key]
 
-    def _holds(self, batch: Batch, tiles: dict) -> bool:
-        store = batch[ACTION]
-        fields = tiles[ACTION][0]
-        return (all(batch[t].batch is tiles[t][0] for t in self.num_nodes)
-                and all(batch[et].edge_index is tiles[et] for et in self.edge_index)
-                and all(store[k] is v for k, v in fields.items())
-                and store.batch is tiles[ACTION][1])
+
+def layout_of(batch: Batch, schema: GraphSchema) -> Optional[DenseLayout]:
+    """The validated :class:`DenseLayout` a batch was built by, if it has ``schema``."""
+    layout = batch.__dict__.get("_dense_layout")
+    if layout is not None and (layout.schema is schema or layout.schema == schema):
+        return layout
+    return None
 
 
 def dense_batch(

@@ -14,6 +14,7 @@ import torch
 from torch import Tensor
 from torch_geometric.data import Batch
 
+from acegnn.graph.dense import layout_of
 from acegnn.graph.index import UnitIndex, unit_index
 from acegnn.graph.schema import GraphSchema
 
@@ -64,10 +65,9 @@ def flat_inputs(schema: GraphSchema, batch: Batch, check: bool = True) -> FlatIn
             outgoing edges or actions (no fixed-size vector exists then).
     """
     idx = unit_index(schema, batch, check=check)
-    layout = batch.__dict__.get("_dense_layout")
+    layout = layout_of(batch, schema)
     build = lambda: _flat_plan(schema, batch, idx)  # noqa: E731
-    same = layout is not None and (layout.schema is schema or layout.schema == schema)
-    plan = layout.cached(batch, "flat", build) if same else build()
+    plan = build() if layout is None else layout.cached(batch, "flat", build)
     B, n = idx.num_graphs, idx.num_agents
     per_graph = n // B
     feats = []

@@ -60,8 +60,10 @@ def unit_index(schema: GraphSchema, batch: Batch, check: bool = True) -> UnitInd
             features, an action whose kind, actor or target is not in the graph, or an
             agent without any available action.
     """
-    layout = batch.__dict__.get("_dense_layout")
-    if layout is not None and (layout.schema is schema or layout.schema == schema):
+    from acegnn.graph.dense import layout_of  # dense builds on this module
+
+    layout = layout_of(batch, schema)
+    if layout is not None:
         idx = layout.unit_index(batch, check)
         if idx is not None:
             return idx
