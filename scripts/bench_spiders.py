@@ -19,6 +19,8 @@ resumed, so an interrupted benchmark continues where it stopped, and a larger
         --markdown table1.md --plot table1.png               # the whole Table 1
     python scripts/bench_spiders.py -- model.layers=2        # extra overrides after --
     python scripts/bench_spiders.py --grids 5 --max-samples-5 300000 -- train.stop_on_success=false
+    python scripts/bench_spiders.py --methods ace_dqn qtran --records a.json b.json \
+        --markdown table1.md --plot table1.png               # tables of runs made earlier
 """
 from __future__ import annotations
 
@@ -114,26 +116,43 @@ def main(argv=None) -> None:
     p.add_argument("--json", help="write one record per (method, grid, seed)")
     p.add_argument("--markdown", help="write the table to this markdown file")
     p.add_argument("--plot", help="plot success rate against samples to this image file")
+    p.add_argument("--records", nargs="+", metavar="JSON",
+                   help="train nothing: make the table and plot from records that earlier "
+                        "--json runs wrote (of the selected methods and grids; the last record "
+                        "of a (method, grid, seed) counts)")
     p.add_argument("overrides", nargs="*", help="config overrides for every run, after --")
     ns = p.parse_args(argv)
     ns.total_samples = {5: ns.max_samples_5, 7: ns.max_samples_7}
     for g in ns.grids:
         ns.total_samples.setdefault(g, ns.max_samples_7)
-    jobs = [(m, g, s) for g in ns.grids for m in ns.methods for s in ns.seeds]
     t0 = time.perf_counter()
-    with ThreadPoolExecutor(ns.jobs) as pool:
-        futures = [pool.submit(run_one, *job, ns) for job in jobs]
     records, failed = [], []
-    for job, fut in zip(jobs, futures):  # a failed run does not lose the others' records
-        try:
-            records.append(fut.result())
-        except Exception as e:  # noqa: BLE001 -- reported below, exit status 1
-            failed.append(f"{job}: {e}")
+    if ns.records:
+        if ns.overrides:
+            sys.exit("--records trains nothing: overrides after -- do not apply")
+        latest = {}
+        for path in ns.records:
+            with open(path) as f:
+                for r in json.load(f):
+                    if r["method"] in ns.methods and r["grid"] in ns.grids and r["seed"] in ns.seeds:
+                        latest[(r["method"], r["grid"], r["seed"])] = r
+        records = list(latest.values())
+        title = f"Spiders-and-Fly, from {', '.join(ns.records)}"
+    else:
+        jobs = [(m, g, s) for g in ns.grids for m in ns.methods for s in ns.seeds]
+        with ThreadPoolExecutor(ns.jobs) as pool:
+            futures = [pool.submit(run_one, *job, ns) for job in jobs]
+        for job, fut in zip(jobs, futures):  # a failed run does not lose the others' records
+            try:
+                records.append(fut.result())
+            except Exception as e:  # noqa: BLE001 -- reported below, exit status 1
+                failed.append(f"{job}: {e}")
+        title = (f"Spiders-and-Fly, {len(ns.seeds)} seeds, overrides {ns.overrides or 'none'} "
+                 f"({time.perf_counter() - t0:.0f} s in all, {ns.jobs} parallel runs)")
     if ns.json:
         with open(ns.json, "w") as f:
             json.dump(records, f, indent=1)
-    lines = [f"Spiders-and-Fly, {len(ns.seeds)} seeds, overrides {ns.overrides or 'none'} "
-             f"({time.perf_counter() - t0:.0f} s in all, {ns.jobs} parallel runs)", "",
+    lines = [title, "",
              "| method | grid | samples to 100% (M) | steps gap at 100% | final samples (M) "
              f"| final steps gap | final steps gap ({ns.gap_episodes} episodes) "
              "| paper samples (M) | paper gap "
@@ -142,6 +161,8 @@ def main(argv=None) -> None:
     for g in ns.grids:
         for m in ns.methods:
             rs = [r for r in records if r["grid"] == g and r["method"] == m]
+            if not rs:
+                continue
             paper = PAPER.get(m, {}).get(g)
             ps = (f"{paper['samples_m'][0]} ± {paper['samples_m'][1]} | "
                   f"{paper['gap'][0]} ± {paper['gap'][1]}") if paper else "- | -"

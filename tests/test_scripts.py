@@ -64,6 +64,25 @@ def test_table1_with_baselines_writes_markdown_and_plot(tmp_path):
     assert png.stat().st_size > 1000
 
 
+def test_table_from_saved_records(tmp_path):
+    """--records makes the table of runs made earlier, in other runs of the script."""
+    recs = [{"method": m, "grid": 5, "seed": s, "samples_to_100": n, "samples": 300_000,
+             "steps_gap": gap, "steps_gap_at_100": None if n is None else gap + 1,
+             "sampled_steps_gap": gap, "wall_to_100_s": None if n is None else 10.0,
+             "wall_s": 20.0, "env_steps_per_s": None, "run_dir": "x"}
+            for m, s, n, gap in [("ace_dqn", 0, 100_000, 0.5), ("ace_dqn", 1, 120_000, 0.7),
+                                 ("qtran", 0, None, 3.0)]]
+    a, b, md = tmp_path / "a.json", tmp_path / "b.json", tmp_path / "t.md"
+    a.write_text(json.dumps(recs[:2]))
+    b.write_text(json.dumps([dict(recs[1], samples_to_100=140_000), recs[2]]))  # seed 1 again
+    text = run(["scripts/bench_spiders.py", "--methods", "ace_dqn", "qtran", "vdn", "--grids", "5",
+                "--records", str(a), str(b), "--markdown", str(md)])
+    table = md.read_text()
+    assert "| ACE | 5x5 | 0.12 ± 0.03 | 1.60 ± 0.14 |" in table  # seed 1 from b.json
+    assert "| QTRAN | 5x5 | not reached | not reached |" in table and "VDN" not in table
+    assert "| ACE | 5x5 |" in text
+
+
 def test_spiders_regret_compares_sequential_and_joint_policies(tmp_path):
     from acegnn.cli import main as cli
 
