@@ -87,11 +87,10 @@ class DenseLayout:
         shared += [(ACTION, k, v.to(device).repeat(B)) for k, v in self.actions.items()]
         a_batch, a_ptr = _tile(B, self.num_actions, device)
         shared += [(ACTION, "batch", a_batch), (ACTION, "ptr", a_ptr)]
-        by_store: Dict[Any, list] = {}
+        by_store: Dict[Any, list] = {}  # store -> (attribute, tensor, version at tiling)
         for store, attr, tensor in shared:
-            by_store.setdefault(store, []).append((attr, tensor))
-        tiles = {"shared": shared, "by_store": list(by_store.items()),
-                 "versions": [v._version for _, _, v in shared]}
+            by_store.setdefault(store, []).append((attr, tensor, tensor._version))
+        tiles = {"by_store": list(by_store.items())}
         if len(self._tiles) >= self.cache_size:
             self._tiles.pop(next(iter(self._tiles)))
         self._tiles[key] = tiles
@@ -122,8 +121,10 @@ class DenseLayout:
         for et in self.schema.edge_types:
             ea = edge_attr[et]
             out[et].edge_attr = ea.reshape(B * ea.size(1), ea.size(2))
-        for key, attr, tensor in tiles["shared"]:
-            out[key][attr] = tensor
+        for key, held in tiles["by_store"]:
+            store = out[key]
+            for attr, tensor, _ in held:
+                store[attr] = tensor
         store = out[ACTION]
         store.available = available.reshape(B * self.num_actions).bool()
         store.num_nodes = B * self.num_actions
@@ -139,12 +140,12 @@ class DenseLayout:
         tiles = self._tiles.get(key)
         if tiles is None:
             return None
-        if any(v._version != version for (_, _, v), version in zip(tiles["shared"], tiles["versions"])):
+        if any(t._version != v for _, held in tiles["by_store"] for _, t, v in held):
             del self._tiles[key]  # written in place: no batch may reuse it
             return None
         for store, held in tiles["by_store"]:
             mapping = batch[store]._mapping
-            if any(mapping.get(attr) is not tensor for attr, tensor in held):
+            if any(mapping.get(attr) is not tensor for attr, tensor, _ in held):
                 return None
         return tiles
 
