@@ -199,3 +199,40 @@ def test_baseline_smoke_run(tmp_path, method):
                  f"run.dir={tmp_path}", f"run.name={method}"]) == 0
     rows = read_csv(tmp_path / method / "train.csv")
     assert rows[-1]["td_loss"] != "" and len(read_csv(tmp_path / method / "eval.csv")) == 3
+
+
+def test_exact_evaluation_is_logged_and_changes_nothing(tmp_path, capsys):
+    assert train(tmp_path, "plain") == 0
+    # halted and resumed, with the exact evaluation switched on only when resumed
+    assert train(tmp_path, "exact", "train.halt_after=768") == 3
+    assert main(["train", "--resume", str(tmp_path / "exact"), "train.exact_eval_every=1024"]) == 0
+    capsys.readouterr()
+    exact = tmp_path / "exact"
+    assert read_csv(exact / "train.csv") == read_csv(tmp_path / "plain" / "train.csv")
+    rows, plain = read_csv(exact / "eval.csv"), read_csv(tmp_path / "plain" / "eval.csv")
+    assert [r["samples"] for r in rows] == [r["samples"] for r in plain]
+    for r, p in zip(rows, plain):
+        assert {k: r[k] for k in p} == p
+    # only the evaluation at 1024 crossed a multiple of 1024 (evaluations every 512)
+    assert [r["samples"] for r in rows if r["exact_steps_gap"]] == ["1024"]
+    ours = {k: float(v) for k, v in rows[1].items() if k.startswith("exact_")}
+    assert set(ours) == {"exact_success_rate", "exact_worst_success", "exact_mean_steps",
+                         "exact_oracle_steps", "exact_steps_gap"}
+    assert ours["exact_oracle_steps"] == pytest.approx(5.5358, abs=1e-3)
+    # the final policy, evaluated by `acegnn eval` the same way
+    assert main(["eval", str(exact), "--episodes", "4"]) == 0
+    out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    again = tmp_path / "again"
+    assert train(tmp_path, "again", "train.exact_eval_every=1536") == 0
+    last = read_csv(again / "eval.csv")[-1]
+    assert last["samples"] == "1536"
+    assert float(last["exact_steps_gap"]) == pytest.approx(out["exact_steps_gap"], abs=1e-6)
+
+
+def test_exact_evaluation_needs_a_task_that_has_one(tmp_path):
+    from acegnn.algos.trainer import TrainConfig, Trainer
+
+    with pytest.raises(ValueError, match="train.exact_eval_every: object has no exact"):
+        Trainer(object(), None, TrainConfig(exact_eval_every=1024), 0, str(tmp_path))
+    with pytest.raises(ValueError, match="train.exact_eval_every must be >= 0"):
+        TrainConfig(exact_eval_every=-1)

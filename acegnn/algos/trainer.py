@@ -52,6 +52,11 @@ class TrainConfig:
     """Greedy test episodes per evaluation."""
     eval_seed: int = 12345
     """Seed of the test episodes: every evaluation plays the same starts."""
+    exact_eval_every: int = 0
+    """Environment steps between exact evaluations of the greedy policy, on tasks that
+    have one (Spiders-and-Fly: every state tabulated, the fly's moves in expectation),
+    logged in ``eval.csv`` and TensorBoard as ``exact_*`` (0: never). It draws no random
+    numbers, so training is the same with or without it."""
     stop_on_success: bool = True
     """Stop once an evaluation succeeds in every test episode."""
     checkpoint_every: int = 102_400
@@ -68,7 +73,7 @@ class TrainConfig:
             if getattr(self, key) <= 0:
                 raise ValueError(f"train.{key} must be positive (got {getattr(self, key)})")
         for key in ("updates_per_collect", "learning_starts", "eps_decay", "eval_every",
-                    "checkpoint_every", "halt_after"):
+                    "exact_eval_every", "checkpoint_every", "halt_after"):
             if getattr(self, key) < 0:
                 raise ValueError(f"train.{key} must be >= 0 (got {getattr(self, key)})")
         if not 0 <= self.eps_end <= 1 or not 0 <= self.eps_start <= 1:
@@ -102,6 +107,11 @@ def atomic_save(obj: dict, path: str) -> None:
     os.replace(tmp, path)
 
 
+def crossed(before: int, now: int, every: int) -> bool:
+    """Whether a multiple of ``every`` lies in ``(before, now]``; never for ``every=0``."""
+    return every > 0 and now // every > before // every
+
+
 class Halted(Exception):
     """Raised by ``train.halt_after`` to simulate a killed run."""
 
@@ -122,6 +132,9 @@ class Trainer:
                  run_dir: str, config: Optional[dict] = None) -> None:
         self.task, self.learner, self.cfg, self.run_dir = task, learner, cfg, run_dir
         self.config = config or {}
+        if cfg.exact_eval_every and not hasattr(task, "exact_evaluate"):
+            raise ValueError(f"train.exact_eval_every: {type(task).__name__} has no exact "
+                             f"evaluation; set it to 0")
         os.makedirs(run_dir, exist_ok=True)
         self.buffer = ReplayBuffer(min(cfg.buffer_size, cfg.total_samples + task.num_envs),
                                    task.obs_spec, task.n_agents)
@@ -183,6 +196,10 @@ class Trainer:
         gen = torch.Generator().manual_seed(self.cfg.eval_seed)
         return self.task.evaluate(lambda g: self.learner.act(g, 0.0, gen),
                                   self.cfg.eval_episodes, self.cfg.eval_seed)
+
+    def exact_evaluate(self) -> Dict[str, float]:
+        gen = torch.Generator().manual_seed(self.cfg.eval_seed)  # (a random agent order)
+        return self.task.exact_evaluate(lambda g: self.learner.act(g, 0.0, gen))
 
     # Checkpoints ----------------------------------------------------------------------
     @property
@@ -265,13 +282,17 @@ class Trainer:
                 metrics["env_steps_per_s"] = (self.samples - before) / max(t1 - t0, 1e-9)
                 metrics["updates"] = self.updates
                 self.logger.log("train", self.samples, metrics)
-                if cfg.eval_every and self.samples // cfg.eval_every > before // cfg.eval_every:
-                    self.last_eval = self.evaluate()
+                row = {}
+                if crossed(before, self.samples, cfg.eval_every):
+                    self.last_eval = row = self.evaluate()
                     if self.last_eval.get("success_rate") == 1.0 and self.samples_to_success is None:
                         self.samples_to_success = self.samples
                         self.wall_to_success = self.elapsed()
                         self.save(self.success_path)
-                    self.logger.log("eval", self.samples, self.last_eval)
+                if crossed(before, self.samples, cfg.exact_eval_every):
+                    row = {**row, **self.exact_evaluate()}
+                if row:
+                    self.logger.log("eval", self.samples, row)
                 if bar is not None:
                     bar.update(self.samples - before)
                     bar.set_postfix(loss=metrics.get("td_loss", float("nan")),
@@ -302,8 +323,10 @@ class Trainer:
 
 #: Config keys that may differ between a run and its resumption: raising
 #: ``total_samples`` (or dropping ``stop_on_success``) trains a finished run further,
-#: exactly as a run started with the larger budget would have gone on.
-RESUMABLE_KEYS = ("halt_after", "progress", "total_samples", "stop_on_success")
+#: exactly as a run started with the larger budget would have gone on; exact evaluations
+#: only add columns to ``eval.csv``.
+RESUMABLE_KEYS = ("halt_after", "progress", "total_samples", "stop_on_success",
+                  "exact_eval_every")
 
 
 def comparable(config: dict) -> dict:
