@@ -156,3 +156,15 @@ def test_next_state_without_agents_bootstraps_from_its_bare_value():
     assert torch.isfinite(td.target).all()
     bare = lrn.target_net.value(lrn.target_net.encode(s2).units, lrn.target_net.encode(s2))
     assert torch.allclose(td.target[1], 1.0 + 0.5 * bare[0])  # last agent of graph 0
+
+
+def test_batches_go_to_the_learners_device_only_when_elsewhere():
+    from acegnn.algos.base import QLearner, QLearningConfig
+
+    graphs = spiders_fly_graphs(torch.tensor([[[0, 0], [4, 4], [2, 2]]]), 5)
+    cpu = QLearner(torch.nn.Linear(2, 2), QLearningConfig(), "cpu")
+    assert cpu.on_device(graphs) is graphs
+    meta = QLearner(torch.nn.Linear(2, 2), QLearningConfig(), "meta")
+    moved = meta.on_device(graphs)
+    tensors = [v for s in moved.stores for v in s.values() if isinstance(v, torch.Tensor)]
+    assert len(tensors) > 5 and all(v.device.type == "meta" for v in tensors)

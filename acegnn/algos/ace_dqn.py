@@ -83,7 +83,7 @@ class ACEDQN(QLearner):
     def act(self, graphs: Batch, epsilon: float = 0.0,
             generator: Optional[torch.Generator] = None) -> Tensor:
         """Sequential epsilon-greedy decision; ``[num_agents]`` action ids."""
-        return self.net.rollout(graphs.to(self.device), order=self.cfg.order, epsilon=epsilon,
+        return self.net.rollout(self.on_device(graphs), order=self.cfg.order, epsilon=epsilon,
                                 generator=generator, check=self._check()).actions
 
     # Learning -------------------------------------------------------------------------
@@ -96,7 +96,7 @@ class ACEDQN(QLearner):
             reward, terminated: ``[num_graphs]``; next_graphs: states ``s'``.
         """
         cfg = self.cfg
-        graphs, next_graphs = graphs.to(self.device), next_graphs.to(self.device)
+        graphs, next_graphs = self.on_device(graphs), self.on_device(next_graphs)
         check = self._check()
         # Only double-Q needs the online values of the other candidates.
         online = self.net.rollout(graphs, order=cfg.order, actions=actions, generator=generator,

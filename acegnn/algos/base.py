@@ -10,6 +10,7 @@ from typing import Dict
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from torch_geometric.data import Batch
 
 OPTIMIZERS = {"adam": torch.optim.Adam, "rmsprop": torch.optim.RMSprop}
 LOSSES = {"mse": F.mse_loss, "huber": F.smooth_l1_loss}
@@ -85,6 +86,14 @@ class QLearner:
         self.optimizer = OPTIMIZERS[cfg.optimizer](
             self.net.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
         self.num_updates = 0  # gradient steps taken: the position in the lr schedule
+
+    def on_device(self, graphs: Batch) -> Batch:
+        """``graphs`` on the learner's device; a batch already there is returned as it is
+        (PyG's ``Batch.to`` would set every attribute anew, about 0.2 ms a batch)."""
+        if all(v.device == self.device for store in graphs.stores for v in store.values()
+               if isinstance(v, Tensor)):
+            return graphs
+        return graphs.to(self.device)
 
     def td_loss(self, value: Tensor, target: Tensor) -> Tensor:
         return LOSSES[self.cfg.loss](value, target)

@@ -108,7 +108,7 @@ class ValueDecomposition(QLearner):
         super().__init__(init_relu_layers(net, model.init), cfg, device)
 
     def inputs(self, graphs: Batch) -> FlatInputs:
-        return flat_inputs(self.schema, graphs.to(self.device), check=False)
+        return flat_inputs(self.schema, self.on_device(graphs), check=False)
 
     @torch.no_grad()
     def act(self, graphs: Batch, epsilon: float = 0.0,
