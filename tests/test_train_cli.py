@@ -117,6 +117,18 @@ def test_raising_the_budget_on_resume_continues_exactly(tmp_path):
     assert load_config(str(short / "config.yaml")).train.total_samples == 2048
 
 
+def test_raising_the_budget_of_a_run_whose_buffer_filled_up_is_refused(tmp_path, capsys):
+    # 1400 samples asked, 1536 collected (rounds of 256): the 1408-row buffer wrapped
+    assert train(tmp_path, "full", "train.total_samples=1400") == 0
+    run = tmp_path / "full"
+    before = (run / "checkpoint.pt").read_bytes()
+    assert main(["train", "--resume", str(run), "train.total_samples=2048"]) == 2
+    err = capsys.readouterr().err
+    assert "capacity 1408 differs from 2056" in err and "Start a new run" in err
+    assert (run / "checkpoint.pt").read_bytes() == before
+    assert load_config(str(run / "config.yaml")).train.total_samples == 1400
+
+
 def test_resuming_a_finished_run_reports_no_rate(tmp_path, capsys):
     assert train(tmp_path, "a") == 0
     first = json.loads(capsys.readouterr().out.strip().splitlines()[-1])

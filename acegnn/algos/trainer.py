@@ -235,7 +235,14 @@ class Trainer:
                 raise ValueError(f"the checkpoint at {path or self.checkpoint_path} was made "
                                  f"with a different config")
         self.learner.load_state_dict(state["learner"])
-        self.buffer.load_state_dict(state["buffer"])
+        try:
+            self.buffer.load_state_dict(state["buffer"])
+        except ValueError as e:
+            raise ValueError(
+                f"{path or self.checkpoint_path}: {e}. The replay buffer holds "
+                f"min(train.buffer_size, train.total_samples + env.num_envs) transitions; a "
+                f"resumed run may raise train.total_samples only while its buffer has not "
+                f"filled up. Start a new run with the larger budget instead") from e
         self.task.load_state_dict(state["task"])
         self.collect_gen.set_state(state["collect_gen"])
         self.sample_gen.set_state(state["sample_gen"])
