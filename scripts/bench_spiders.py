@@ -185,11 +185,12 @@ def main(argv=None) -> None:
 
 
 def success_curve(run_dir: str):
-    """(samples, success rate) of a run's evaluations."""
+    """(samples, success rate) of a run's evaluations (not of rows with an exact
+    evaluation only, from ``train.exact_eval_every``)."""
     import csv
 
     with open(os.path.join(run_dir, "eval.csv"), newline="") as f:
-        rows = list(csv.DictReader(f))
+        rows = [r for r in csv.DictReader(f) if r["success_rate"]]
     return [int(r["samples"]) for r in rows], [float(r["success_rate"]) for r in rows]
 
 

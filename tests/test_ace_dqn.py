@@ -158,12 +158,14 @@ def test_next_state_without_agents_bootstraps_from_its_bare_value():
     assert torch.allclose(td.target[1], 1.0 + 0.5 * bare[0])  # last agent of graph 0
 
 
-def test_batches_go_to_the_learners_device_only_when_elsewhere():
+def test_batches_go_to_the_learners_device_only_when_elsewhere(monkeypatch):
     from acegnn.algos.base import QLearner, QLearningConfig
 
     graphs = spiders_fly_graphs(torch.tensor([[[0, 0], [4, 4], [2, 2]]]), 5)
     cpu = QLearner(torch.nn.Linear(2, 2), QLearningConfig(), "cpu")
-    assert cpu.on_device(graphs) is graphs
+    with monkeypatch.context() as m:
+        m.setattr(type(graphs), "to", lambda *a, **k: pytest.fail("moved a batch already there"))
+        assert cpu.on_device(graphs) is graphs
     meta = QLearner(torch.nn.Linear(2, 2), QLearningConfig(), "meta")
     moved = meta.on_device(graphs)
     tensors = [v for s in moved.stores for v in s.values() if isinstance(v, torch.Tensor)]

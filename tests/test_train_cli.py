@@ -26,10 +26,20 @@ def read_csv(path, drop=("env_steps_per_s",)):
         return [{k: v for k, v in row.items() if k not in drop} for row in csv.DictReader(f)]
 
 
+def tb_scalars(run, tag):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(str(run / "tb"))
+    acc.Reload()
+    return [(e.step, e.value) for e in acc.Scalars(tag)]
+
+
 def assert_same_run(a, b):
     """Two run directories logged the same metrics and ended with the same weights."""
     assert read_csv(a / "train.csv") == read_csv(b / "train.csv")
     assert read_csv(a / "eval.csv") == read_csv(b / "eval.csv")
+    for tag in ("eval/success_rate", "train/td_loss"):
+        assert tb_scalars(a, tag) == tb_scalars(b, tag), tag
     wa = torch.load(a / "checkpoint.pt", weights_only=True)["learner"]["net"]
     wb = torch.load(b / "checkpoint.pt", weights_only=True)["learner"]["net"]
     for k, v in wa.items():

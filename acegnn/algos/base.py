@@ -79,6 +79,8 @@ class QLearner:
 
     def __init__(self, net: nn.Module, cfg: QLearningConfig, device) -> None:
         self.cfg, self.device = cfg, torch.device(device)
+        if self.device.type == "cuda" and self.device.index is None:  # as tensors report it
+            self.device = torch.device("cuda", torch.cuda.current_device())
         self.net = net.to(self.device)
         self.target_net = copy.deepcopy(self.net)
         for p in self.target_net.parameters():
@@ -88,8 +90,9 @@ class QLearner:
         self.num_updates = 0  # gradient steps taken: the position in the lr schedule
 
     def on_device(self, graphs: Batch) -> Batch:
-        """``graphs`` on the learner's device; a batch already there is returned as it is
-        (PyG's ``Batch.to`` would set every attribute anew, about 0.2 ms a batch)."""
+        """``graphs`` on the learner's device; a batch whose tensor attributes are all
+        there already is returned as it is (PyG's ``Batch.to`` would set every attribute
+        anew, about 0.2 ms a batch). Batches hold plain tensors only (no nested ones)."""
         if all(v.device == self.device for store in graphs.stores for v in store.values()
                if isinstance(v, Tensor)):
             return graphs

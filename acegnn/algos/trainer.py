@@ -112,6 +112,14 @@ def crossed(before: int, now: int, every: int) -> bool:
     return every > 0 and now // every > before // every
 
 
+def exact_evaluation(task: VecTask, learner: Learner, seed: int) -> Dict[str, float]:
+    """The task's exact evaluation of the learner's greedy policy. ``seed`` seeds the one
+    generator the policy draws from (only a random agent order does), so training and
+    ``acegnn eval`` evaluate the same policy."""
+    gen = torch.Generator().manual_seed(seed)
+    return task.exact_evaluate(lambda g: learner.act(g, 0.0, gen))
+
+
 class Halted(Exception):
     """Raised by ``train.halt_after`` to simulate a killed run."""
 
@@ -198,8 +206,7 @@ class Trainer:
                                   self.cfg.eval_episodes, self.cfg.eval_seed)
 
     def exact_evaluate(self) -> Dict[str, float]:
-        gen = torch.Generator().manual_seed(self.cfg.eval_seed)  # (a random agent order)
-        return self.task.exact_evaluate(lambda g: self.learner.act(g, 0.0, gen))
+        return exact_evaluation(self.task, self.learner, self.cfg.eval_seed)
 
     # Checkpoints ----------------------------------------------------------------------
     @property
@@ -241,8 +248,9 @@ class Trainer:
             raise ValueError(
                 f"{path or self.checkpoint_path}: {e}. The replay buffer holds "
                 f"min(train.buffer_size, train.total_samples + env.num_envs) transitions; a "
-                f"resumed run may raise train.total_samples only while its buffer has not "
-                f"filled up. Start a new run with the larger budget instead") from e
+                f"resumed run may change train.total_samples only while its buffer has not "
+                f"filled up and still holds every transition collected. Start a new run "
+                f"with the new budget instead") from e
         self.task.load_state_dict(state["task"])
         self.collect_gen.set_state(state["collect_gen"])
         self.sample_gen.set_state(state["sample_gen"])

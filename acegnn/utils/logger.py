@@ -19,7 +19,9 @@ class Logger:
 
     def __init__(self, run_dir: str, resume_step: Optional[int] = None) -> None:
         self.run_dir = run_dir
-        self.tb = SummaryWriter(os.path.join(run_dir, "tb"), purge_step=resume_step)
+        # the checkpoint at resume_step was saved after that step's logs: keep them
+        purge = None if resume_step is None else resume_step + 1
+        self.tb = SummaryWriter(os.path.join(run_dir, "tb"), purge_step=purge)
         self._fields: Dict[str, list] = {}
         if resume_step is not None:
             for name in os.listdir(run_dir):
