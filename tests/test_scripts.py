@@ -149,3 +149,13 @@ def test_bench_graphs_times_layout_and_scratch(tmp_path):
     assert rec["grid"] == 5 and rec["batch"] == 3
     for part in ("build", "index", "flat"):
         assert rec[f"{part}_layout_ms"] > 0 and rec[f"{part}_scratch_ms"] > 0
+
+
+def test_success_curve_skips_rows_of_exact_evaluations_only(tmp_path):
+    sys.path.insert(0, os.path.join(ROOT, "scripts"))
+    from bench_spiders import success_curve
+
+    (tmp_path / "eval.csv").write_text(
+        "samples,success_rate,steps_gap,exact_steps_gap\n"
+        "512,0.5,2.0,\n768,,,1.25\n1024,1.0,0.5,0.75\n")
+    assert success_curve(str(tmp_path)) == ([512, 1024], [0.5, 1.0])
