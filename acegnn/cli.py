@@ -57,7 +57,7 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    from acegnn.algos.trainer import CHECKPOINT, exact_evaluation, load_checkpoint
+    from acegnn.algos.trainer import CHECKPOINT, greedy, load_checkpoint
     from acegnn.config import from_dict, make_learner, make_task
 
     path = args.run if args.run.endswith(".pt") else os.path.join(args.run, CHECKPOINT)
@@ -66,13 +66,9 @@ def cmd_eval(args: argparse.Namespace) -> int:
     task = make_task(cfg)
     learner = make_learner(cfg, task)
     learner.load_state_dict(state["learner"])
-    import torch
-
-    gen = torch.Generator().manual_seed(args.seed)
-    act = lambda g: learner.act(g, 0.0, gen)  # noqa: E731
-    result = task.evaluate(act, args.episodes, args.seed)
+    result = task.evaluate(greedy(learner, args.seed), args.episodes, args.seed)
     if hasattr(task, "exact_evaluate"):  # tasks small enough to evaluate on every state
-        result.update(exact_evaluation(task, learner, cfg.train.eval_seed))  # as in training
+        result.update(task.exact_evaluate(greedy(learner, cfg.train.eval_seed)))  # as in training
     print(json.dumps({"checkpoint": path, "samples": state["samples"], **result}))
     return 0
 

@@ -9,7 +9,7 @@ import os
 import sys
 import time
 from dataclasses import dataclass
-from typing import Dict, Optional, Protocol
+from typing import Callable, Dict, Optional, Protocol
 
 import torch
 from torch import Tensor
@@ -55,8 +55,8 @@ class TrainConfig:
     exact_eval_every: int = 0
     """Environment steps between exact evaluations of the greedy policy, on tasks that
     have one (Spiders-and-Fly: every state tabulated, the fly's moves in expectation),
-    logged in ``eval.csv`` and TensorBoard as ``exact_*`` (0: never). It draws no random
-    numbers, so training is the same with or without it."""
+    logged in ``eval.csv`` and TensorBoard as ``exact_*`` (0: never). It draws from none
+    of the run's random streams, so training is the same with or without it."""
     stop_on_success: bool = True
     """Stop once an evaluation succeeds in every test episode."""
     checkpoint_every: int = 102_400
@@ -112,12 +112,11 @@ def crossed(before: int, now: int, every: int) -> bool:
     return every > 0 and now // every > before // every
 
 
-def exact_evaluation(task: VecTask, learner: Learner, seed: int) -> Dict[str, float]:
-    """The task's exact evaluation of the learner's greedy policy. ``seed`` seeds the one
-    generator the policy draws from (only a random agent order does), so training and
-    ``acegnn eval`` evaluate the same policy."""
+def greedy(learner: Learner, seed: int) -> Callable[[Batch], Tensor]:
+    """The learner's greedy policy. ``seed`` seeds the one generator it draws from (only a
+    random agent order does), so evaluations of a policy with the same seed agree."""
     gen = torch.Generator().manual_seed(seed)
-    return task.exact_evaluate(lambda g: learner.act(g, 0.0, gen))
+    return lambda g: learner.act(g, 0.0, gen)
 
 
 class Halted(Exception):
@@ -201,12 +200,8 @@ class Trainer:
         return totals
 
     def evaluate(self) -> Dict[str, float]:
-        gen = torch.Generator().manual_seed(self.cfg.eval_seed)
-        return self.task.evaluate(lambda g: self.learner.act(g, 0.0, gen),
+        return self.task.evaluate(greedy(self.learner, self.cfg.eval_seed),
                                   self.cfg.eval_episodes, self.cfg.eval_seed)
-
-    def exact_evaluate(self) -> Dict[str, float]:
-        return exact_evaluation(self.task, self.learner, self.cfg.eval_seed)
 
     # Checkpoints ----------------------------------------------------------------------
     @property
@@ -305,7 +300,7 @@ class Trainer:
                         self.wall_to_success = self.elapsed()
                         self.save(self.success_path)
                 if crossed(before, self.samples, cfg.exact_eval_every):
-                    row = {**row, **self.exact_evaluate()}
+                    row = {**row, **self.task.exact_evaluate(greedy(self.learner, cfg.eval_seed))}
                 if row:
                     self.logger.log("eval", self.samples, row)
                 if bar is not None:
