@@ -164,8 +164,8 @@ def main(argv=None) -> None:
             if not rs:
                 continue
             paper = PAPER.get(m, {}).get(g)
-            ps = (f"{paper['samples_m'][0]} ± {paper['samples_m'][1]} | "
-                  f"{paper['gap'][0]} ± {paper['gap'][1]}") if paper else "- | -"
+            ps = (f"{paper['samples_m'][0]:.2f} ± {paper['samples_m'][1]:.2f} | "
+                  f"{paper['gap'][0]:.2f} ± {paper['gap'][1]:.2f}") if paper else "- | -"
             lines.append(f"| {NAMES[m]} | {g}x{g} | {fmt([r['samples_to_100'] for r in rs], 1e-6)} | "
                          f"{fmt([r['steps_gap_at_100'] for r in rs])} | "
                          f"{fmt([r['samples'] for r in rs], 1e-6)} | "
