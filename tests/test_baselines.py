@@ -3,7 +3,9 @@ import pytest
 import torch
 
 from acegnn.algos.value_decomposition import ValueDecomposition, ValueDecompositionConfig
+from acegnn.envs.synthetic import random_state, smac_like_schema
 from acegnn.envs.spiders_fly_task import spiders_fly_graphs, spiders_fly_schema
+from acegnn.graph import collate
 from acegnn.graph.flat import flat_inputs
 from acegnn.nn import ModelConfig
 from acegnn.nn.mixers import QMixer, VDNMixer
@@ -97,6 +99,48 @@ def test_qmix_targets_by_hand():
     assert torch.allclose(out.target, torch.stack([torch.tensor(10.0), 0.9 * q_tot]), atol=1e-5)
 
 
+def perturb_online_agents(lrn):
+    """Make the online agent network differ from the target one (a fresh learner has
+    them equal), so that choosing with one or the other can be told apart."""
+    with torch.no_grad():
+        for p in lrn.net["agent"].parameters():
+            p.add_(torch.randn(p.shape, generator=torch.Generator().manual_seed(1)) * 0.5)
+
+
+def masked_q(net, fi):
+    return net(fi.agent_obs).masked_fill(~fi.available, float("-inf"))
+
+
+@pytest.mark.parametrize("double_q", [False, True])
+@pytest.mark.parametrize("name", ["iql", "vdn", "qmix", "qtran"])
+def test_targets_value_the_next_states_greedy_actions(name, double_q):
+    """Written out with the networks' own outputs at s' (which depend on s', unlike the
+    constant heads above): the greedy next actions are the target agents' (the online
+    agents' with double Q-learning) and the target networks value them."""
+    lrn = learner(name, double_q=double_q)
+    perturb_online_agents(lrn)
+    fi2 = flat_inputs(spiders_fly_schema(), spiders_fly_graphs(S_NEXT, GRID))
+    with torch.no_grad():
+        q2_target = masked_q(lrn.target_net["agent"], fi2)
+        q2_online = masked_q(lrn.net["agent"], fi2)
+        assert (q2_target.argmax(-1) != q2_online.argmax(-1)).any()  # the choice matters here
+        u2 = (q2_online if double_q else q2_target).argmax(-1)
+        q2 = q2_target.gather(2, u2.unsqueeze(-1)).squeeze(-1)  # [B, n]
+        bootstrap = {"iql": lambda: q2, "vdn": lambda: q2.sum(1),
+                     "qmix": lambda: lrn.target_net["mixer"](q2, fi2.state),
+                     "qtran": lambda: lrn.target_net["qtran"].joint_q(fi2.state, u2)}[name]()
+        not_done = torch.tensor([0.0, 1.0])
+        if name == "iql":
+            expected = REWARD[:, None] + GAMMA * not_done[:, None] * bootstrap
+        else:
+            expected = REWARD + GAMMA * not_done * bootstrap
+        # the same agents on s instead of s' give another target: the check can fail
+        fi = flat_inputs(spiders_fly_schema(), spiders_fly_graphs(S, GRID))
+        assert not torch.allclose(masked_q(lrn.target_net["agent"], fi), q2_target)
+    out = lrn.losses(*batch())
+    assert torch.allclose(out.target, expected, atol=1e-6)
+
+
 def test_double_q_selects_with_the_online_network():
     lrn = learner("iql", double_q=True)
     constant_target_q(lrn)
@@ -107,32 +151,87 @@ def test_double_q_selects_with_the_online_network():
     assert torch.allclose(out.target[1], 0.9 * chosen[1])
 
 
+def qtran_learner():
+    """A QTRAN learner whose online and target agents disagree on the greedy next
+    actions, and whose L_nopt term is active (negative before the clamp) in one sample
+    only, with unequal loss weights."""
+    lrn = learner("qtran", lambda_opt=0.7, lambda_nopt=0.3)
+    perturb_online_agents(lrn)
+    with torch.no_grad():
+        lrn.net["qtran"].v[-1].bias.add_(2.8)
+    return lrn
+
+
 def test_qtran_losses_by_hand():
-    lrn = learner("qtran")
+    lrn = qtran_learner()
     out = lrn.losses(*batch())
     fi = flat_inputs(spiders_fly_schema(), spiders_fly_graphs(S, GRID))
     fi2 = flat_inputs(spiders_fly_schema(), spiders_fly_graphs(S_NEXT, GRID))
     qt, qt_t = lrn.net["qtran"], lrn.target_net["qtran"]
     with torch.no_grad():
         q = lrn.net["agent"](fi.agent_obs)
-        q2 = lrn.net["agent"](fi2.agent_obs).masked_fill(~fi2.available, float("-inf"))
+        q2_target = masked_q(lrn.target_net["agent"], fi2)  # the paper: u' of the target agents
         l_td = l_opt = l_nopt = 0.0
+        nopt_before_clamp = []
         for b in range(2):
             u = ACTIONS.view(2, 2)[b]
             q_jt = qt.joint_q(fi.state[b:b + 1], u.view(1, 2))[0]
             y = REWARD[b] + 0.9 * (0.0 if TERMINATED[b] else 1.0) * qt_t.joint_q(
-                fi2.state[b:b + 1], q2[b].argmax(-1).view(1, 2))[0]
+                fi2.state[b:b + 1], q2_target[b].argmax(-1).view(1, 2))[0]
             l_td += (q_jt - y) ** 2 / 2
             greedy = q[b].masked_fill(~fi.available[b], float("-inf")).argmax(-1)
             v = qt.value(fi.state[b:b + 1])[0]
             opt = q[b][torch.arange(2), greedy].sum() - qt.joint_q(fi.state[b:b + 1], greedy.view(1, 2))[0] + v
             l_opt += opt ** 2 / 2
             nopt = q[b][torch.arange(2), u].sum() - q_jt + v
+            nopt_before_clamp.append(float(nopt))
             l_nopt += min(float(nopt), 0.0) ** 2 / 2
+    assert min(nopt_before_clamp) < 0 < max(nopt_before_clamp)  # the clamp acts in one sample
     assert torch.allclose(out.parts["td_loss"], torch.tensor(float(l_td)), atol=1e-5)
     assert torch.allclose(out.parts["opt_loss"], torch.tensor(float(l_opt)), atol=1e-5)
     assert torch.allclose(out.parts["nopt_loss"], torch.tensor(float(l_nopt)), atol=1e-5)
-    assert torch.allclose(out.loss, out.parts["td_loss"] + out.parts["opt_loss"] + out.parts["nopt_loss"])
+    assert l_nopt > 0
+    assert torch.allclose(out.loss, torch.tensor(float(l_td + 0.7 * l_opt + 0.3 * l_nopt)), atol=1e-5)
+
+
+def test_qtran_gradients_go_where_the_paper_sends_them():
+    """L_td trains Q_jt only (the agents do not see it); L_opt and L_nopt train the agents
+    and V, with Q_jt held fixed in them."""
+    lrn = qtran_learner()
+    out = lrn.losses(*batch())
+    groups = {"agents": list(lrn.net["agent"].parameters()),
+              "q_jt": list(lrn.net["qtran"].q_jt.parameters()),
+              "v": list(lrn.net["qtran"].v.parameters())}
+
+    def reached(loss):
+        names = list(groups)
+        grads = torch.autograd.grad(loss, [p for k in names for p in groups[k]],
+                                    retain_graph=True, allow_unused=True)
+        out, i = {}, 0
+        for k in names:
+            g = grads[i:i + len(groups[k])]
+            i += len(groups[k])
+            out[k] = any(x is not None and bool(x.abs().sum() > 0) for x in g)
+        return out
+
+    assert reached(out.parts["td_loss"]) == {"agents": False, "q_jt": True, "v": False}
+    assert reached(out.parts["opt_loss"]) == {"agents": True, "q_jt": False, "v": True}
+    assert reached(out.parts["nopt_loss"]) == {"agents": True, "q_jt": False, "v": True}
+
+
+def test_states_that_do_not_fit_the_networks_are_refused():
+    schema, g = smac_like_schema(), torch.Generator().manual_seed(0)
+    lrn = ValueDecomposition(schema, ValueDecompositionConfig(name="qmix"), ModelConfig(hidden=8),
+                             example=collate([random_state(schema, 2, 3, g)]))
+    lrn.act(collate([random_state(schema, 2, 3, g)]))  # 2 allies against 3 enemies fit
+    with pytest.raises(ValueError, match=r"sized for: agent input size 14 \(got 16\), state size 27 "
+                                         r"\(got 32\), action slots per agent 10 \(got 11\)"):
+        lrn.act(collate([random_state(schema, 2, 4, g)]))
+    with pytest.raises(ValueError, match=r"agents per state 2 \(got 3\)"):
+        lrn.act(collate([random_state(schema, 3, 3, g)]))
+    for key, value in (("lambda_opt", -1.0), ("lambda_nopt", float("nan"))):
+        with pytest.raises(ValueError, match=f"algo.{key} must be non-negative"):
+            ValueDecompositionConfig(name="qtran", **{key: value})
 
 
 @pytest.mark.parametrize("name", ["iql", "vdn", "qmix", "qtran"])

@@ -11,8 +11,9 @@ and the features of its edges to every other unit; mixers see every unit's featu
   :math:`r + \gamma (1-d) \sum_i \max_{a'} Q'_i`.
 * ``qmix``: :math:`Q_{tot} = f_s(Q_1, \ldots, Q_n)` with a monotonic hyper-network mixer.
 * ``qtran``: QTRAN-base: :math:`L = L_{td} + \lambda_{opt} L_{opt} + \lambda_{nopt} L_{nopt}`
-  with :math:`L_{td}` on :math:`Q_{jt}(s, u)` (target at the greedy individual actions of
-  :math:`s'`), :math:`L_{opt} = (\sum_i Q_i(\bar u) - Q_{jt}(s, \bar u) + V(s))^2` and
+  with :math:`L_{td}` on :math:`Q_{jt}(s, u)` (target :math:`r + \gamma (1-d) Q'_{jt}(s', \bar u')`
+  at the target agents' greedy actions :math:`\bar u'`, as in the QTRAN paper; the online
+  agents' with ``double_q``), :math:`L_{opt} = (\sum_i Q_i(\bar u) - Q_{jt}(s, \bar u) + V(s))^2` and
   :math:`L_{nopt} = \min(\sum_i Q_i(u) - Q_{jt}(s, u) + V(s), 0)^2`, :math:`Q_{jt}`
   detached in both (Son et al., 2019; :math:`\lambda = 1` as there).
 """
@@ -61,6 +62,9 @@ class ValueDecompositionConfig(QLearningConfig):
         for key in ("mixer_embed", "hyper_hidden", "qtran_hidden", "qtran_layers"):
             if getattr(self, key) < 1:
                 raise ValueError(f"algo.{key} must be at least 1 (got {getattr(self, key)})")
+        for key in ("lambda_opt", "lambda_nopt"):
+            if not getattr(self, key) >= 0:  # NaN too
+                raise ValueError(f"algo.{key} must be non-negative (got {getattr(self, key)})")
 
 
 def masked(q: Tensor, available: Tensor) -> Tensor:
@@ -94,10 +98,12 @@ class ValueDecomposition(QLearner):
         self.schema = schema
         fi = flat_inputs(schema, example)
         B, n, obs_dim = fi.agent_obs.shape
+        state_dim = fi.state.size(1)
         self.n_agents, self.num_actions = n, fi.available.size(-1)
+        self.sizes = {"agents per state": n, "agent input size": obs_dim,
+                      "state size": state_dim, "action slots per agent": self.num_actions}
         net = nn.ModuleDict({"agent": AgentQNet(obs_dim, self.num_actions, model.hidden,
                                                 model.layers + 1)})
-        state_dim = fi.state.size(1)
         if cfg.name == "vdn":
             net["mixer"] = VDNMixer()
         elif cfg.name == "qmix":
@@ -108,7 +114,15 @@ class ValueDecomposition(QLearner):
         super().__init__(init_relu_layers(net, model.init), cfg, device)
 
     def inputs(self, graphs: Batch) -> FlatInputs:
-        return flat_inputs(self.schema, self.on_device(graphs), check=False)
+        """The batch's flat inputs; ``ValueError`` if they do not fit the networks."""
+        fi = flat_inputs(self.schema, self.on_device(graphs), check=False)
+        got = (fi.agent_obs.size(1), fi.agent_obs.size(2), fi.state.size(1), fi.available.size(2))
+        if got != tuple(self.sizes.values()):
+            diff = ", ".join(f"{k} {v} (got {g})" for (k, v), g in zip(self.sizes.items(), got) if v != g)
+            raise ValueError(f"these states do not fit the {self.cfg.name} networks, which were "
+                             f"sized for: {diff}; value-factorisation baselines need the same "
+                             f"units in every state")
+        return fi
 
     @torch.no_grad()
     def act(self, graphs: Batch, epsilon: float = 0.0,
@@ -134,14 +148,12 @@ class ValueDecomposition(QLearner):
         not_done = (~terminated).to(reward.dtype)
         q = self.net["agent"](fi.agent_obs)  # [B, n, A]
         q_taken = q.gather(2, actions.unsqueeze(-1)).squeeze(-1)  # [B, n]
-        with torch.no_grad():
-            q2_online = masked(self.net["agent"](fi2.agent_obs), fi2.available)
+        with torch.no_grad():  # the greedy next actions: of the target agents, or (double
+            # Q-learning) of the online agents, valued by the target agents
             q2_target = masked(self.target_net["agent"](fi2.agent_obs), fi2.available)
-            greedy2 = q2_online.argmax(-1)  # [B, n]
-            if cfg.double_q:
-                q2 = q2_target.gather(2, greedy2.unsqueeze(-1)).squeeze(-1)
-            else:
-                q2 = q2_target.max(-1).values
+            chooser = masked(self.net["agent"](fi2.agent_obs), fi2.available) if cfg.double_q else q2_target
+            greedy2 = chooser.argmax(-1)  # [B, n]
+            q2 = q2_target.gather(2, greedy2.unsqueeze(-1)).squeeze(-1)
         if cfg.name == "iql":
             target = reward.unsqueeze(1) + cfg.gamma * not_done.unsqueeze(1) * q2
             return Losses(self.td_loss(q_taken, target), q_taken, target, {})
