@@ -13,11 +13,10 @@ processes with one thread each; a run directory that already holds a checkpoint 
 resumed, so an interrupted benchmark continues where it stopped, and a larger
 `--max-samples-N` trains finished runs further.
 
-    python scripts/bench_spiders.py                          # ACE row: 5 seeds, 5x5 and 7x7
-    python scripts/bench_spiders.py --grids 5 --seeds 0 1 --json out.json
-    python scripts/bench_spiders.py --methods ace_dqn vdn qmix qtran \
-        --markdown table1.md --plot table1.png               # the whole Table 1
-    python scripts/bench_spiders.py -- model.layers=2        # extra overrides after --
+    python scripts/bench_spiders.py --markdown table1.md --plot table1.png   # the whole Table 1:
+        # ACE, VDN, QMIX and QTRAN, 5 seeds each, 5x5 and 7x7 (days on 2 CPU cores)
+    python scripts/bench_spiders.py --methods ace_dqn --grids 5 --seeds 0 1 --json out.json
+    python scripts/bench_spiders.py --methods ace_dqn -- model.layers=2   # overrides after --
     python scripts/bench_spiders.py --grids 5 --max-samples-5 300000 -- train.stop_on_success=false
     python scripts/bench_spiders.py --methods ace_dqn qtran --records a.json b.json \
         --markdown table1.md --plot table1.png               # tables of runs made earlier
@@ -48,6 +47,8 @@ PAPER = {
               7: {"samples_m": (1.68, 0.09), "gap": (1.02, 0.09)}},
 }
 NAMES = {"ace_dqn": "ACE", "iql": "IQL", "vdn": "VDN", "qmix": "QMIX", "qtran": "QTRAN"}
+COLORS = {"ace_dqn": "C0", "iql": "C4", "vdn": "C2", "qmix": "C1", "qtran": "C3"}  # same in every plot
+TABLE1 = ["ace_dqn", "vdn", "qmix", "qtran"]  # the methods of the paper's Table 1
 
 
 def run_one(method: str, grid: int, seed: int, ns: argparse.Namespace) -> dict:
@@ -75,7 +76,9 @@ def run_one(method: str, grid: int, seed: int, ns: argparse.Namespace) -> dict:
     def evaluate(path: str) -> dict:
         ev = subprocess.run([sys.executable, "-m", "acegnn.cli", "eval", path, "--episodes",
                              str(ns.gap_episodes), "--seed", "777"], env=env, capture_output=True,
-                            text=True, check=True)
+                            text=True)
+        if ev.returncode != 0:
+            raise RuntimeError(f"acegnn eval {path} failed:\n{ev.stderr[-2000:]}")
         return json.loads(ev.stdout.strip().splitlines()[-1])
 
     result = evaluate(run_dir)
@@ -100,12 +103,14 @@ def fmt(values, scale=1.0, digits=2, missing="not reached") -> str:
         return missing
     sd = statistics.stdev(vals) if len(vals) > 1 else 0.0
     miss = len(values) - len(vals)
-    return f"{statistics.mean(vals):.{digits}f} ± {sd:.{digits}f}" + (f" ({miss} {missing})" if miss else "")
+    return (f"{statistics.mean(vals):.{digits}f} ± {sd:.{digits}f}"
+            + (f" ({len(vals)} of {len(values)}; {miss} {missing})" if miss else ""))
 
 
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--methods", nargs="+", default=["ace_dqn"], choices=list(NAMES))
+    p.add_argument("--methods", nargs="+", default=TABLE1, choices=list(NAMES),
+                   help="methods to run (default: Table 1's ACE, VDN, QMIX and QTRAN)")
     p.add_argument("--grids", nargs="+", type=int, default=[5, 7])
     p.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2, 3, 4])
     p.add_argument("--jobs", type=int, default=2, help="runs in parallel (one thread each)")
@@ -118,7 +123,7 @@ def main(argv=None) -> None:
     p.add_argument("--plot", help="plot success rate against samples to this image file")
     p.add_argument("--records", nargs="+", metavar="JSON",
                    help="train nothing: make the table and plot from records that earlier "
-                        "--json runs wrote (of the selected methods and grids; the last record "
+                        "--json runs wrote (of the selected methods, grids and seeds; the last record "
                         "of a (method, grid, seed) counts)")
     p.add_argument("overrides", nargs="*", help="config overrides for every run, after --")
     ns = p.parse_args(argv)
@@ -196,7 +201,9 @@ def success_curve(run_dir: str):
 
 def plot(records, path: str) -> None:
     """Success rate against samples, one curve per method and grid: the mean over seeds
-    with the min-max spread shaded. A run that stopped at 100% counts as 100% after."""
+    with the min-max spread shaded, one colour per method. A run that ended before the
+    others (at its first 100%, or at a smaller budget) counts with its last evaluation
+    after; runs without any evaluation are left out, with a warning."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -211,10 +218,16 @@ def plot(records, path: str) -> None:
             if not rs:
                 continue
             curves = [success_curve(r["run_dir"]) for r in rs]
+            for r, c in zip(rs, curves):
+                if not c[0]:
+                    print(f"warning: {r['run_dir']} has no evaluation yet; not plotted")
+            curves = [c for c in curves if c[0]]
+            if not curves:
+                continue
             xs = np.array(sorted({x for c in curves for x in c[0]}))
             ys = np.stack([np.interp(xs, c[0], c[1], right=c[1][-1]) for c in curves])
-            ax.plot(xs / 1e6, ys.mean(0), label=NAMES[m])
-            ax.fill_between(xs / 1e6, ys.min(0), ys.max(0), alpha=0.2)
+            ax.plot(xs / 1e6, ys.mean(0), color=COLORS[m], label=f"{NAMES[m]} ({len(curves)} seeds)")
+            ax.fill_between(xs / 1e6, ys.min(0), ys.max(0), color=COLORS[m], alpha=0.2)
         ax.set_title(f"Spiders-and-Fly {g}x{g}")
         ax.set_xlabel("samples (M)")
         ax.set_ylabel("success rate within 10 steps")

@@ -29,7 +29,7 @@ def test_bench_rollout_writes_records(tmp_path):
 
 def test_bench_spiders_writes_records(tmp_path):
     out = tmp_path / "s.json"
-    args = ["scripts/bench_spiders.py", "--grids", "5", "--seeds", "0", "--jobs", "1",
+    args = ["scripts/bench_spiders.py", "--methods", "ace_dqn", "--grids", "5", "--seeds", "0", "--jobs", "1",
             "--max-samples-5", "512", "--gap-episodes", "4", "--run-dir", str(tmp_path),
             "--json", str(out), "--", "train.samples_per_collect=256", "train.batch_size=16",
             "train.updates_per_collect=1", "model.hidden=8", "train.eval_every=256",
@@ -71,16 +71,20 @@ def test_table_from_saved_records(tmp_path):
              "sampled_steps_gap": gap, "wall_to_100_s": None if n is None else 10.0,
              "wall_s": 20.0, "env_steps_per_s": None, "run_dir": "x"}
             for m, s, n, gap in [("ace_dqn", 0, 100_000, 0.5), ("ace_dqn", 1, 120_000, 0.7),
-                                 ("qtran", 0, None, 3.0)]]
+                                 ("qtran", 0, None, 3.0), ("qtran", 1, 200_000, 1.0)]]
     a, b, md = tmp_path / "a.json", tmp_path / "b.json", tmp_path / "t.md"
     a.write_text(json.dumps(recs[:2]))
-    b.write_text(json.dumps([dict(recs[1], samples_to_100=140_000), recs[2]]))  # seed 1 again
+    b.write_text(json.dumps([dict(recs[1], samples_to_100=140_000), *recs[2:]]))  # seed 1 again
     text = run(["scripts/bench_spiders.py", "--methods", "ace_dqn", "qtran", "vdn", "--grids", "5",
                 "--records", str(a), str(b), "--markdown", str(md)])
     table = md.read_text()
     assert "| ACE | 5x5 | 0.12 ± 0.03 | 1.60 ± 0.14 |" in table  # seed 1 from b.json
-    assert "| QTRAN | 5x5 | not reached | not reached |" in table and "VDN" not in table
+    assert "| QTRAN | 5x5 | 0.20 ± 0.00 (1 of 2; 1 not reached) | 2.00 ± 0.00 (1 of 2; 1 not reached) |" in table
+    assert "VDN" not in table
     assert "| ACE | 5x5 |" in text
+    text = run(["scripts/bench_spiders.py", "--methods", "qtran", "--grids", "5", "--seeds", "0",
+                "--records", str(b)])
+    assert "| QTRAN | 5x5 | not reached | not reached |" in text  # seed 1 not selected
 
 
 def test_spiders_regret_compares_sequential_and_joint_policies(tmp_path):
