@@ -30,7 +30,7 @@ import statistics
 import subprocess
 import sys
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, as_completed
 
 from acegnn.algos.trainer import SUCCESS_CHECKPOINT
 
@@ -97,6 +97,14 @@ def run_one(method: str, grid: int, seed: int, ns: argparse.Namespace) -> dict:
     return rec
 
 
+def write_records(records, path: str) -> None:
+    """Write the records in (method, grid, seed) order, atomically."""
+    records = sorted(records, key=lambda r: (r["method"], r["grid"], r["seed"]))
+    with open(path + ".tmp", "w") as f:
+        json.dump(records, f, indent=1)
+    os.replace(path + ".tmp", path)
+
+
 def fmt(values, scale=1.0, digits=2, missing="not reached") -> str:
     vals = [v * scale for v in values if v is not None]
     if not vals:
@@ -146,17 +154,18 @@ def main(argv=None) -> None:
     else:
         jobs = [(m, g, s) for g in ns.grids for m in ns.methods for s in ns.seeds]
         with ThreadPoolExecutor(ns.jobs) as pool:
-            futures = [pool.submit(run_one, *job, ns) for job in jobs]
-        for job, fut in zip(jobs, futures):  # a failed run does not lose the others' records
-            try:
-                records.append(fut.result())
-            except Exception as e:  # noqa: BLE001 -- reported below, exit status 1
-                failed.append(f"{job}: {e}")
+            futures = {pool.submit(run_one, *job, ns): job for job in jobs}
+            for fut in as_completed(futures):  # a failed run does not lose the others' records
+                try:
+                    records.append(fut.result())
+                except Exception as e:  # noqa: BLE001 -- reported below, exit status 1
+                    failed.append(f"{futures[fut]}: {e}")
+                if ns.json:  # after every run, so that an interrupted benchmark keeps its records
+                    write_records(records, ns.json)
         title = (f"Spiders-and-Fly, {len(ns.seeds)} seeds, overrides {ns.overrides or 'none'} "
                  f"({time.perf_counter() - t0:.0f} s in all, {ns.jobs} parallel runs)")
     if ns.json:
-        with open(ns.json, "w") as f:
-            json.dump(records, f, indent=1)
+        write_records(records, ns.json)
     lines = [title, "",
              "| method | grid | samples to 100% (M) | steps gap at 100% | final samples (M) "
              f"| final steps gap | final steps gap ({ns.gap_episodes} episodes) "

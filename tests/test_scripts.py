@@ -163,3 +163,20 @@ def test_success_curve_skips_rows_of_exact_evaluations_only(tmp_path):
         "samples,success_rate,steps_gap,exact_steps_gap\n"
         "512,0.5,2.0,\n768,,,1.25\n1024,1.0,0.5,0.75\n")
     assert success_curve(str(tmp_path)) == ([512, 1024], [0.5, 1.0])
+
+
+def test_bench_spiders_keeps_the_records_of_finished_runs_when_one_fails(tmp_path):
+    out = tmp_path / "s.json"
+    broken = tmp_path / "bench_5x5_seed1"
+    broken.mkdir()
+    (broken / "checkpoint.pt").write_text("not a checkpoint")  # seed 1 fails on resume
+    proc = subprocess.run(
+        [sys.executable, "scripts/bench_spiders.py", "--methods", "ace_dqn", "--grids", "5",
+         "--seeds", "0", "1", "--jobs", "1", "--max-samples-5", "256", "--gap-episodes", "2",
+         "--run-dir", str(tmp_path), "--json", str(out), "--", "train.samples_per_collect=256",
+         "train.batch_size=16", "train.updates_per_collect=1", "model.hidden=8",
+         "train.eval_every=256", "train.eval_episodes=2", "train.learning_starts=256"],
+        cwd=ROOT, capture_output=True, text=True)
+    assert proc.returncode != 0 and "bench_5x5_seed1 failed" in proc.stderr
+    (rec,) = json.loads(out.read_text())
+    assert (rec["method"], rec["seed"], rec["samples"]) == ("ace_dqn", 0, 256)
