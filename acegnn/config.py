@@ -87,7 +87,20 @@ def load_config(path: Optional[str] = None, overrides: Sequence[str] = ()) -> Ex
     except OmegaConfBaseException as e:
         msg = str(e).splitlines()[0]
         raise ValueError(f"invalid config: {msg}\nvalid keys: {', '.join(_valid_keys(default))}") from None
+    _refuse_unused_model_keys(cfg)
     return cfg
+
+
+def _refuse_unused_model_keys(cfg: ExperimentConfig) -> None:
+    """A model key the chosen learner does not read must keep its default: a changed
+    value would silently do nothing (e.g. ``model.conv=gatv2`` with ``algo.name=vdn``)."""
+    unused = getattr(LEARNERS[cfg.algo.name], "unused_model_keys", ())
+    changed = [f"model.{k}={getattr(cfg.model, k)!r}" for k in unused
+               if getattr(cfg.model, k) != getattr(ModelConfig(), k)]
+    if changed:
+        raise ValueError(f"invalid config: {', '.join(changed)} has no effect on "
+                         f"algo.name={cfg.algo.name} (it does not read "
+                         f"{', '.join('model.' + k for k in unused)}); remove it")
 
 
 def to_dict(cfg: ExperimentConfig) -> dict:

@@ -223,6 +223,22 @@ def test_baseline_smoke_run(tmp_path, method):
     assert rows[-1]["td_loss"] != "" and len(read_csv(tmp_path / method / "eval.csv")) == 3
 
 
+def test_ace_only_model_keys_are_refused_for_baselines(tmp_path, capsys):
+    for key, shown in [("model.conv=gatv2", "model.conv='gatv2'"),
+                       ("model.pool=max", "model.pool='max'"),
+                       ("model.passive=false", "model.passive=False")]:
+        with pytest.raises(ValueError) as e:
+            load_config(BASELINES, ["algo.name=vdn", key])
+        assert f"{shown} has no effect on algo.name=vdn" in str(e.value)
+    # unchanged (the defaults a saved baseline config.yaml holds) they are accepted,
+    # and ACE reads them
+    assert load_config(BASELINES, ["algo.name=qmix", "model.conv=ace"]).model.conv == "ace"
+    assert load_config(CONFIG, ["model.conv=gatv2"]).model.conv == "gatv2"
+    assert main(["train", BASELINES, "model.pool=sum", f"run.dir={tmp_path}"]) == 2
+    assert "model.pool='sum' has no effect on algo.name=qmix" in capsys.readouterr().err
+    assert not list(tmp_path.iterdir())
+
+
 def test_exact_evaluation_is_logged_and_changes_nothing(tmp_path, capsys):
     assert train(tmp_path, "plain") == 0
     # halted and resumed, with the exact evaluation switched on only when resumed

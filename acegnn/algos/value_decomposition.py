@@ -90,6 +90,10 @@ class ValueDecomposition(QLearner):
         example (Batch): A batch of the task's states, to size the networks.
     """
 
+    unused_model_keys = ("conv", "pool", "passive")
+    """Keys of :class:`ModelConfig` that only ACE's graph network reads (a config that
+    changes them for a baseline is refused)."""
+
     def __init__(self, schema: GraphSchema, cfg: ValueDecompositionConfig, model: ModelConfig,
                  device="cpu", example: Optional[Batch] = None) -> None:
         if example is None:
