@@ -19,6 +19,7 @@ def _run_dir(cfg) -> str:
 def cmd_train(args: argparse.Namespace) -> int:
     from acegnn.algos.trainer import CHECKPOINT, Trainer
     from acegnn.config import load_config, make_learner, make_task, to_dict, to_yaml
+    from acegnn.utils.io import write_text
 
     if args.resume:
         if args.config is not None:
@@ -38,8 +39,7 @@ def cmd_train(args: argparse.Namespace) -> int:
             raise ValueError(f"{run_dir} already holds a run; resume it with --resume {run_dir} "
                              f"or choose another run.name")
         os.makedirs(run_dir, exist_ok=True)
-        with open(os.path.join(run_dir, "config.yaml"), "w") as f:
-            f.write(to_yaml(cfg))
+        write_text(os.path.join(run_dir, "config.yaml"), to_yaml(cfg))
     task = make_task(cfg)
     learner = make_learner(cfg, task)
     trainer = Trainer(task, learner, cfg.train, cfg.seed, run_dir, to_dict(cfg))
@@ -47,10 +47,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     if args.resume:
         trainer.load()  # refuses a checkpoint made with a different config
         if args.overrides:  # a raised budget stays raised when the run is resumed again
-            tmp = os.path.join(run_dir, "config.yaml.tmp")
-            with open(tmp, "w") as f:
-                f.write(to_yaml(cfg))
-            os.replace(tmp, os.path.join(run_dir, "config.yaml"))
+            write_text(os.path.join(run_dir, "config.yaml"), to_yaml(cfg))
     summary = trainer.train(resume=bool(args.resume))
     print(json.dumps(summary))
     return 0

@@ -33,6 +33,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 
 from acegnn.algos.trainer import SUCCESS_CHECKPOINT
+from acegnn.utils.io import write_text
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Paper Table 1: (mean, std) of samples to 100% (millions) and steps gap, per grid.
@@ -100,9 +101,7 @@ def run_one(method: str, grid: int, seed: int, ns: argparse.Namespace) -> dict:
 def write_records(records, path: str) -> None:
     """Write the records in (method, grid, seed) order, atomically."""
     records = sorted(records, key=lambda r: (r["method"], r["grid"], r["seed"]))
-    with open(path + ".tmp", "w") as f:
-        json.dump(records, f, indent=1)
-    os.replace(path + ".tmp", path)
+    write_text(path, json.dumps(records, indent=1))
 
 
 def fmt(values, scale=1.0, digits=2, missing="not reached") -> str:

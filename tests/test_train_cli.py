@@ -111,6 +111,26 @@ def test_wrong_type_and_bad_names():
         load_config("no/such/file.yaml")
 
 
+def test_a_write_that_fails_midway_leaves_the_old_file(tmp_path):
+    from acegnn.utils.io import atomic_write, write_text
+
+    path = str(tmp_path / "checkpoint.pt")
+    torch.save({"samples": 1}, path)
+
+    def crash(tmp):
+        with open(tmp, "wb") as f:
+            f.write(b"half a checkpoi")
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        atomic_write(path, crash)
+    assert torch.load(path) == {"samples": 1}
+    atomic_write(path, lambda tmp: torch.save({"samples": 2}, tmp))
+    assert torch.load(path) == {"samples": 2} and os.listdir(tmp_path) == ["checkpoint.pt"]
+    write_text(str(tmp_path / "a.yaml"), "seed: 3\n")
+    assert (tmp_path / "a.yaml").read_text() == "seed: 3\n"
+
+
 def test_eval_rejects_a_bad_checkpoint(tmp_path, capsys):
     bad = tmp_path / "checkpoint.pt"
     bad.write_bytes(b"not a checkpoint")

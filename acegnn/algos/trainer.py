@@ -17,6 +17,7 @@ from torch_geometric.data import Batch
 
 from acegnn.buffers.replay import ReplayBuffer
 from acegnn.envs.base import VecTask
+from acegnn.utils.io import atomic_write
 from acegnn.utils.logger import Logger
 
 CHECKPOINT = "checkpoint.pt"
@@ -98,13 +99,6 @@ def linear_epsilon(samples: int, start: float, end: float, decay: int) -> float:
         return end
     frac = min(1.0, samples / decay)
     return start + frac * (end - start)
-
-
-def atomic_save(obj: dict, path: str) -> None:
-    """Write to a temporary file then rename: a crash never leaves a half checkpoint."""
-    tmp = path + ".tmp"
-    torch.save(obj, tmp)
-    os.replace(tmp, path)
 
 
 def crossed(before: int, now: int, every: int) -> bool:
@@ -223,7 +217,8 @@ class Trainer:
                 "ep_return": self.ep_return.clone(), "ep_length": self.ep_length.clone()}
 
     def save(self, path: Optional[str] = None) -> None:
-        atomic_save(self.state_dict(), path or self.checkpoint_path)
+        state = self.state_dict()
+        atomic_write(path or self.checkpoint_path, lambda tmp: torch.save(state, tmp))
 
     def load(self, path: Optional[str] = None) -> None:
         from acegnn.config import from_dict, to_dict  # (config imports this module)
