@@ -244,6 +244,29 @@ def test_update_and_act(name):
     assert fi.available.view(4, 5)[torch.arange(4), acts].all()
 
 
+@pytest.mark.parametrize("name", ["iql", "vdn", "qmix", "qtran"])
+def test_update_and_act_on_smac_like_states(name):
+    """Attack/heal slots and masked actions, as the SMAC family has (random states)."""
+    schema, g = smac_like_schema(), torch.Generator().manual_seed(1)
+
+    def states():
+        return collate([random_state(schema, 2, 3, g, mask_prob=0.5) for _ in range(4)])
+
+    torch.manual_seed(0)
+    s, s_next = states(), states()
+    lrn = ValueDecomposition(schema, ValueDecompositionConfig(name=name, lr=1e-2, gamma=GAMMA),
+                             ModelConfig(hidden=16), example=s)
+    avail = flat_inputs(schema, s).available.view(8, 10)
+    assert not avail.all() and avail[:, 5:].any()  # masked slots, attacks and heals
+    acts = lrn.act(s, epsilon=1.0, generator=torch.Generator().manual_seed(0))
+    assert avail[torch.arange(8), acts].all() and (acts >= 5).any()
+    reward, done = torch.tensor([1.0, 0.0, -1.0, 2.0]), torch.tensor([False, True, False, False])
+    losses = [lrn.update(s, acts, reward, done, s_next)["td_loss"] for _ in range(30)]
+    assert losses[-1] < losses[0] and all(l == l for l in losses)
+    greedy = lrn.act(s)
+    assert avail[torch.arange(8), greedy].all()
+
+
 def test_bad_method_name():
     with pytest.raises(ValueError, match="algo.name"):
         ValueDecompositionConfig(name="coma")
