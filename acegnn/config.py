@@ -94,9 +94,9 @@ def load_config(path: Optional[str] = None, overrides: Sequence[str] = ()) -> Ex
 def _refuse_unused_model_keys(cfg: ExperimentConfig) -> None:
     """A model key the chosen learner does not read must keep its default: a changed
     value would silently do nothing (e.g. ``model.conv=gatv2`` with ``algo.name=vdn``)."""
-    unused = getattr(LEARNERS[cfg.algo.name], "unused_model_keys", ())
+    unused, default = getattr(LEARNERS[cfg.algo.name], "unused_model_keys", ()), ModelConfig()
     changed = [f"model.{k}={getattr(cfg.model, k)!r}" for k in unused
-               if getattr(cfg.model, k) != getattr(ModelConfig(), k)]
+               if getattr(cfg.model, k) != getattr(default, k)]
     if changed:
         raise ValueError(f"invalid config: {', '.join(changed)} has no effect on "
                          f"algo.name={cfg.algo.name} (it does not read "

@@ -67,6 +67,12 @@ class ValueDecompositionConfig(QLearningConfig):
                 raise ValueError(f"algo.{key} must be non-negative (got {getattr(self, key)})")
 
 
+def input_sizes(fi: FlatInputs) -> Dict[str, int]:
+    """The sizes that the networks are built for, by name (for error messages)."""
+    return {"agents per state": fi.agent_obs.size(1), "agent input size": fi.agent_obs.size(2),
+            "state size": fi.state.size(1), "action slots per agent": fi.available.size(2)}
+
+
 def masked(q: Tensor, available: Tensor) -> Tensor:
     return q.masked_fill(~available, float("-inf"))
 
@@ -100,29 +106,25 @@ class ValueDecomposition(QLearner):
             raise ValueError("value-factorisation learners need an example batch to size "
                              "their networks")
         self.schema = schema
-        fi = flat_inputs(schema, example)
-        B, n, obs_dim = fi.agent_obs.shape
-        state_dim = fi.state.size(1)
-        self.n_agents, self.num_actions = n, fi.available.size(-1)
-        self.sizes = {"agents per state": n, "agent input size": obs_dim,
-                      "state size": state_dim, "action slots per agent": self.num_actions}
-        net = nn.ModuleDict({"agent": AgentQNet(obs_dim, self.num_actions, model.hidden,
+        self.sizes = input_sizes(flat_inputs(schema, example))
+        n, obs_dim, state_dim, num_actions = self.sizes.values()
+        net = nn.ModuleDict({"agent": AgentQNet(obs_dim, num_actions, model.hidden,
                                                 model.layers + 1)})
         if cfg.name == "vdn":
             net["mixer"] = VDNMixer()
         elif cfg.name == "qmix":
             net["mixer"] = QMixer(n, state_dim, cfg.mixer_embed, cfg.hyper_hidden)
         elif cfg.name == "qtran":
-            net["qtran"] = QTranBase(n, self.num_actions, state_dim, cfg.qtran_hidden,
+            net["qtran"] = QTranBase(n, num_actions, state_dim, cfg.qtran_hidden,
                                      cfg.qtran_layers)
         super().__init__(init_relu_layers(net, model.init), cfg, device)
 
     def inputs(self, graphs: Batch) -> FlatInputs:
         """The batch's flat inputs; ``ValueError`` if they do not fit the networks."""
         fi = flat_inputs(self.schema, self.on_device(graphs), check=False)
-        got = (fi.agent_obs.size(1), fi.agent_obs.size(2), fi.state.size(1), fi.available.size(2))
-        if got != tuple(self.sizes.values()):
-            diff = ", ".join(f"{k} {v} (got {g})" for (k, v), g in zip(self.sizes.items(), got) if v != g)
+        got = input_sizes(fi)
+        if got != self.sizes:
+            diff = ", ".join(f"{k} {v} (got {got[k]})" for k, v in self.sizes.items() if v != got[k])
             raise ValueError(f"these states do not fit the {self.cfg.name} networks, which were "
                              f"sized for: {diff}; value-factorisation baselines need the same "
                              f"units in every state")
