@@ -1,0 +1,37 @@
+"""Tasks: the contract between environments and learners, and their registry.
+
+Each environment is a subpackage of :mod:`acegnn.envs` and is registered here by the
+path of its config dataclass, so that it is imported only when a config names it. A
+config dataclass has a ``name`` field and ``make(seed) -> VecTask``.
+"""
+from typing import Optional, Tuple, Union
+
+from acegnn.envs.base import (EvalResult, ExactEvaluation, ObsSpec, Policy, Transition,
+                              VecTask)
+from acegnn.utils.registry import MissingBackend, Registry
+
+#: ``env.name`` -> the task's config dataclass.
+ENVS: Registry = Registry("env")
+
+
+def register_env(name: str, config: Union[str, type], extra: Optional[str] = None,
+                 requires: Tuple[str, ...] = (), replace: bool = False) -> None:
+    """Make a task available to configs as ``env.name: <name>``.
+
+    Args:
+        name (str): The config name.
+        config (type or str): The task's config dataclass (fields with defaults, a
+            ``name`` field, ``make(seed)`` returning the :class:`VecTask`), or its
+            ``"module:Class"`` path, imported when first used.
+        extra (str, optional): The pip extra that installs the task's back-end.
+        requires (tuple of str, optional): Modules the back-end needs; a config naming
+            the task without them fails with the install command.
+        replace (bool, optional): Replace an entry of the same name.
+    """
+    ENVS.register(name, config, extra=extra, requires=requires, replace=replace)
+
+
+register_env("spiders_fly", "acegnn.envs.spiders_fly:SpidersFlyConfig")
+
+__all__ = ["ENVS", "EvalResult", "ExactEvaluation", "MissingBackend", "ObsSpec", "Policy",
+           "Transition", "VecTask", "register_env"]

@@ -1,13 +1,40 @@
-"""The interface between environments and learners.
+"""The contract between tasks (environments) and learners.
 
 A :class:`VecTask` steps many environments at once and turns their observations into
 graph batches. Observations are plain tensors (batch first), so the replay buffer can
 hold them compactly and graphs are built only when a batch is sampled.
+
+**Evaluation** is part of the contract: :meth:`VecTask.evaluate` plays test episodes
+with a policy and returns an :class:`EvalResult`, a dataclass of the metrics the task's
+users read, which names its success criterion and the metrics shown while training.
+A task that can also evaluate a deterministic policy exactly (every state, the
+environment's randomness in expectation) declares it by deriving from
+:class:`ExactEvaluation`.
+
+**Snapshots.** A task whose engine state can be saved returns it from
+:meth:`VecTask.state_dict`, and a resumed run continues the same episodes. An engine
+that cannot be snapshotted (StarCraft II, Google Research Football) keeps the default,
+``None``: a resumed run restores the learner, replay, counters and generators and starts
+the environments from fresh episodes.
+
+**Agents that can no longer act** (a dead unit). Every state of a task has the same
+``n_agents`` agents, so replay rows, the baselines' flat inputs and evaluation keep
+their sizes. An agent that cannot act stays a node (the task decides its features, for
+example zeros and an alive flag) and its only available action is the task's
+:attr:`VecTask.noop_action` slot (see :func:`acegnn.graph.only_noop`). Its decision in
+the sequential rollout is then forced, and it sends no passive message (a no-op has no
+target).
+
+**Engines that fail.** A task backed by engine processes that it restarts marks the
+environments whose step did not come from a finished engine step in
+:attr:`Transition.dropped`; the collector stores none of those transitions and drops
+the episodes they were part of.
 """
 from __future__ import annotations
 
 import abc
-from typing import Dict, NamedTuple, Tuple
+import dataclasses
+from typing import Callable, ClassVar, Dict, NamedTuple, Optional, Tuple
 
 import torch
 from torch import Tensor
@@ -17,6 +44,9 @@ from acegnn.graph.schema import GraphSchema
 
 ObsSpec = Dict[str, Tuple[Tuple[int, ...], torch.dtype]]
 
+#: A policy maps a graph batch to the ``[num_agents]`` chosen action slots.
+Policy = Callable[[Batch], Tensor]
+
 
 class Transition(NamedTuple):
     """One step of every environment."""
@@ -25,13 +55,43 @@ class Transition(NamedTuple):
     terminated: Tensor  # [num_envs] bool: true end, no bootstrap
     truncated: Tensor  # [num_envs] bool: time limit, bootstrap from next_obs
     next_obs: Dict[str, Tensor]  # true next observations (before any auto-reset)
+    dropped: Optional[Tensor] = None  # [num_envs] bool: engine restarted, not a real step
+
+
+@dataclasses.dataclass
+class EvalResult:
+    """Base of a task's evaluation result: a dataclass whose fields are its metrics.
+
+    Subclasses set the class variables:
+
+    * :attr:`success_metric`: the field that decides whether an evaluation succeeded
+      (with :attr:`success_threshold`; e.g. Spiders-and-Fly's ``success_rate`` of 1.0);
+    * :attr:`headline`: the fields the progress bar shows.
+
+    Fields are logged in their order (``eval.csv``, TensorBoard ``eval/<field>``).
+    """
+
+    success_metric: ClassVar[str] = ""
+    success_threshold: ClassVar[float] = 1.0
+    headline: ClassVar[Tuple[str, ...]] = ()
+
+    def metrics(self) -> Dict[str, float]:
+        """The metrics by name, in field order."""
+        return {f.name: float(getattr(self, f.name)) for f in dataclasses.fields(self)}
+
+    @property
+    def succeeded(self) -> bool:
+        """Whether the success metric reached its threshold."""
+        if not self.success_metric:
+            return False
+        return float(getattr(self, self.success_metric)) >= self.success_threshold
 
 
 class VecTask(abc.ABC):
     """Vectorised cooperative multi-agent task whose states are graphs.
 
     Subclasses set :attr:`schema`, :attr:`num_envs`, :attr:`n_agents` and
-    :attr:`obs_spec` and implement the methods below. Every state has
+    :attr:`obs_spec` and implement the abstract methods. Every state has
     :attr:`n_agents` agents; agent ``i`` of state ``b`` is row ``b * n_agents + i`` of
     the rollout's per-agent tensors.
     """
@@ -40,6 +100,9 @@ class VecTask(abc.ABC):
     num_envs: int
     n_agents: int
     obs_spec: ObsSpec  # name -> (per-env shape, storage dtype)
+    noop_action: Optional[int] = None
+    """The action slot of an agent that can no longer act (its only available one);
+    ``None`` for tasks whose agents can always act."""
 
     @abc.abstractmethod
     def observe(self) -> Dict[str, Tensor]:
@@ -54,9 +117,25 @@ class VecTask(abc.ABC):
         """Graph batch of observations ``{name: [B, *shape]}``."""
 
     @abc.abstractmethod
-    def state_dict(self) -> dict:
-        """Everything needed to continue the same trajectories (for resume)."""
+    def evaluate(self, act: Policy, episodes: int, seed: int) -> EvalResult:
+        """Play ``episodes`` test episodes with ``act``; the same ``seed`` plays the same
+        starts (and, for a deterministic policy, the same episodes)."""
+
+    def state_dict(self) -> Optional[dict]:
+        """Everything needed to continue the same trajectories, or ``None`` when the
+        engine cannot be snapshotted (a resumed run then starts fresh episodes)."""
+        return None
+
+    def load_state_dict(self, state: dict) -> None:
+        raise ValueError(f"{type(self).__name__} cannot restore environment state")
+
+    def close(self) -> None:
+        """Release engines and processes (nothing to do for in-process tasks)."""
+
+
+class ExactEvaluation(abc.ABC):
+    """Capability of a task small enough to evaluate a deterministic policy exactly."""
 
     @abc.abstractmethod
-    def load_state_dict(self, state: dict) -> None:
-        ...
+    def exact_evaluate(self, act: Policy) -> EvalResult:
+        """Noise-free metrics of the deterministic policy ``act``."""
