@@ -31,6 +31,7 @@ import os
 import torch
 
 from acegnn.algos.ace_dqn import ACEDQN
+from acegnn.nn import Forced
 from acegnn.algos.trainer import CHECKPOINT, load_checkpoint
 from acegnn.config import from_dict, make_learner, make_task
 from acegnn.envs.oracle import optimal_discounted_q, optimal_steps_q, visitation
@@ -51,7 +52,7 @@ def final_values(net, graphs, n_agents: int) -> torch.Tensor:
     for combo in itertools.product(range(num), repeat=n_agents):
         acts = torch.tensor(combo).expand(B, n_agents)
         ok = avail.gather(-1, acts.unsqueeze(-1)).squeeze(-1).all(-1)
-        ro = net.rollout(graphs, actions=torch.where(ok[:, None], acts, fallback).reshape(-1),
+        ro = net.rollout(graphs, selector=Forced(torch.where(ok[:, None], acts, fallback).reshape(-1)),
                          values="chosen", check=False)
         v = ro.chosen_value.view(B, n_agents)[:, -1]  # V after the last agent's action
         out.append(torch.where(ok, v, torch.full_like(v, -float("inf"))))

@@ -6,7 +6,7 @@ import torch
 
 from acegnn.envs.synthetic import random_state, smac_like_schema
 from acegnn.graph import ACTION, collate
-from acegnn.nn import ACENetwork
+from acegnn.nn import ACENetwork, EpsilonGreedy, Forced
 
 import reference as R
 
@@ -46,7 +46,7 @@ def test_matches_naive_reference(pool, conv):
     schema, states = make_states()
     net = ACENetwork(schema, hidden=16, conv=conv, pool=pool)
     gen = torch.Generator().manual_seed(1)
-    ro = net.rollout(collate(states), order="random", epsilon=0.5, generator=gen)
+    ro = net.rollout(collate(states), order="random", selector=EpsilonGreedy(0.5), generator=gen)
     assert max_error_against_reference(net, states, ro) < 1e-5
 
 
@@ -55,7 +55,7 @@ def test_matches_reference_with_and_without_passive(passive, layers):
     torch.manual_seed(1)
     schema, states = make_states(seed=3, mask_prob=0.5)
     net = ACENetwork(schema, hidden=32, passive=passive, pool="mean_max", layers=layers)
-    ro = net.rollout(collate(states), order="random", epsilon=0.3,
+    ro = net.rollout(collate(states), order="random", selector=EpsilonGreedy(0.3),
                      generator=torch.Generator().manual_seed(2))
     assert max_error_against_reference(net, states, ro) < 1e-5
 
@@ -100,8 +100,8 @@ def test_teacher_forcing_follows_given_actions():
     schema, states = make_states(seed=2)
     net = ACENetwork(schema, hidden=16)
     b = collate(states)
-    explored = net.rollout(b, epsilon=1.0, generator=torch.Generator().manual_seed(0))
-    forced = net.rollout(b, actions=explored.actions)
+    explored = net.rollout(b, selector=EpsilonGreedy(1.0), generator=torch.Generator().manual_seed(0))
+    forced = net.rollout(b, selector=Forced(explored.actions))
     assert torch.equal(forced.actions, explored.actions)
     assert torch.allclose(forced.candidate_values.nan_to_num(), explored.candidate_values.nan_to_num())
     bad = explored.actions.clone()
@@ -110,10 +110,10 @@ def test_teacher_forcing_follows_given_actions():
     row = unavailable[0]
     bad[idx.action_agent[row]] = idx.action_slot[row]
     with pytest.raises(ValueError, match="invalid action"):
-        net.rollout(b, actions=bad)
+        net.rollout(b, selector=Forced(bad))
     bad[0] = 999
     with pytest.raises(ValueError, match="invalid action"):
-        net.rollout(b, actions=bad)
+        net.rollout(b, selector=Forced(bad))
 
 
 @pytest.mark.parametrize("pool", ["mean", "max", "mean_max"])
@@ -123,9 +123,9 @@ def test_chosen_only_values_match_full_rollout(pool):
     net = ACENetwork(schema, hidden=16, pool=pool, layers=2)
     b = collate(states)
     gen = torch.Generator().manual_seed(1)
-    explored = net.rollout(b, order="random", epsilon=0.5, generator=gen)
-    full = net.rollout(b, order=explored.rank, actions=explored.actions)
-    only = net.rollout(b, order=explored.rank, actions=explored.actions, values="chosen")
+    explored = net.rollout(b, order="random", selector=EpsilonGreedy(0.5), generator=gen)
+    full = net.rollout(b, order=explored.rank, selector=Forced(explored.actions))
+    only = net.rollout(b, order=explored.rank, selector=Forced(explored.actions), values="chosen")
     assert torch.equal(only.action_ids, full.action_ids)
     assert torch.allclose(only.chosen_value, full.chosen_value, atol=1e-6)
     assert torch.allclose(only.final_units, full.final_units)
@@ -135,7 +135,7 @@ def test_chosen_only_values_match_full_rollout(pool):
     g_only = torch.autograd.grad(only.chosen_value.sum(), list(net.parameters()), allow_unused=True)
     for a, c in zip(g_full, g_only):
         assert (a is None) == (c is None) and (a is None or torch.allclose(a, c, atol=1e-5))
-    succ = net.rollout(b, order=explored.rank, actions=explored.actions, values="successors")
+    succ = net.rollout(b, order=explored.rank, selector=Forced(explored.actions), values="successors")
     first = succ.rank == 0
     assert torch.allclose(succ.chosen_value, full.chosen_value, atol=1e-6)
     assert torch.allclose(succ.max_value[~first], full.max_value[~first], atol=1e-6)
@@ -144,7 +144,7 @@ def test_chosen_only_values_match_full_rollout(pool):
     later = ~first[succ.encoded.index.action_agent]
     assert torch.allclose(succ.candidate_values[later].nan_to_num(),
                           full.candidate_values[later].nan_to_num(), atol=1e-6)
-    with pytest.raises(ValueError, match="needs the actions"):
+    with pytest.raises(ValueError, match="known before valuing"):
         net.rollout(b, values="chosen")
     with pytest.raises(ValueError, match="values must be"):
         net.rollout(b, values="some")
@@ -185,18 +185,18 @@ def test_epsilon_and_order_are_deterministic_given_generator():
     schema, states = make_states(seed=6)
     net = ACENetwork(schema, hidden=8)
     b = collate(states)
-    runs = [net.rollout(b, order="random", epsilon=0.5, generator=torch.Generator().manual_seed(9))
+    runs = [net.rollout(b, order="random", selector=EpsilonGreedy(0.5), generator=torch.Generator().manual_seed(9))
             for _ in range(2)]
     assert torch.equal(runs[0].actions, runs[1].actions)
     assert torch.equal(runs[0].rank, runs[1].rank)
-    other = net.rollout(b, order="random", epsilon=0.5, generator=torch.Generator().manual_seed(10))
+    other = net.rollout(b, order="random", selector=EpsilonGreedy(0.5), generator=torch.Generator().manual_seed(10))
     assert not (torch.equal(other.actions, runs[0].actions) and torch.equal(other.rank, runs[0].rank))
 
 
 def test_gradients_flow_to_every_part():
     schema, states = make_states(seed=8, mask_prob=0.0)
     net = ACENetwork(schema, hidden=8)
-    ro = net.rollout(collate(states), epsilon=1.0, generator=torch.Generator().manual_seed(0))
+    ro = net.rollout(collate(states), selector=EpsilonGreedy(1.0), generator=torch.Generator().manual_seed(0))
     ro.chosen_value.sum().backward()
     for name, p in net.named_parameters():
         assert p.grad is not None and p.grad.abs().sum() > 0, name
@@ -231,11 +231,11 @@ def test_values_invariant_to_unit_permutation(pool):
     schema, states = make_states(seed=11, sizes=[(4, 5)])
     d = states[0]
     net = ACENetwork(schema, hidden=16, pool=pool)
-    ro = net.rollout(d, order="random", epsilon=0.5, generator=torch.Generator().manual_seed(0))
+    ro = net.rollout(d, order="random", selector=EpsilonGreedy(0.5), generator=torch.Generator().manual_seed(0))
     perm = {"ally": torch.tensor([2, 0, 3, 1]), "enemy": torch.tensor([4, 2, 0, 1, 3])}
     p = permute_state(d, perm)
     # agent perm[j] of the original is agent j of the permuted graph
-    ro_p = net.rollout(p, order=ro.rank[perm["ally"]], actions=ro.actions[perm["ally"]])
+    ro_p = net.rollout(p, order=ro.rank[perm["ally"]], selector=Forced(ro.actions[perm["ally"]]))
     assert torch.allclose(ro.candidate_values.nan_to_num(), ro_p.candidate_values.nan_to_num(),
                           atol=1e-5)
     assert torch.equal(ro.candidate_values.isnan(), ro_p.candidate_values.isnan())
@@ -260,7 +260,7 @@ def test_bad_network_arguments():
     net = ACENetwork(schema, hidden=8)
     _, states = make_states()
     with pytest.raises(ValueError, match="epsilon"):
-        net.rollout(states[0], epsilon=1.5)
+        net.rollout(states[0], selector=EpsilonGreedy(1.5))
 
 
 @pytest.mark.parametrize("pool", ["mean", "max"])
@@ -289,7 +289,7 @@ def test_action_targeting_its_own_actor(pool):
         self_heal = (store.kind == schema.kind_index("heal")) & (store.target == store.actor)
         store.available[self_heal] = True
     net = ACENetwork(schema, hidden=16, pool=pool)
-    ro = net.rollout(collate(states), order="random", epsilon=0.5,
+    ro = net.rollout(collate(states), order="random", selector=EpsilonGreedy(0.5),
                      generator=torch.Generator().manual_seed(4))
     assert max_error_against_reference(net, states, ro) < 1e-5
 
@@ -309,7 +309,7 @@ def test_which_heads_can_couple_untargeted_actions(pool, layers, additive):
     pos = torch.tensor([[[2, 2], [2, 3], [0, 0]]])  # every action available to both
     v = torch.zeros(5, 5)
     for a0 in range(5):
-        ro = net.rollout(spiders_fly_graphs(pos, 5), actions=torch.tensor([a0, 0]))
+        ro = net.rollout(spiders_fly_graphs(pos, 5), selector=Forced(torch.tensor([a0, 0])))
         second = ro.candidate_values[ro.encoded.index.action_agent == 1]
         v[a0] = second
     interaction = v - v[:, :1] - v[:1, :] + v[0, 0]  # zero iff additive

@@ -28,6 +28,7 @@ from acegnn.algos.base import QLearner, QLearningConfig
 from acegnn.graph.schema import GraphSchema
 from acegnn.nn.ace import ACENetwork, ModelConfig
 from acegnn.nn.rollout import Rollout
+from acegnn.nn.selectors import EpsilonGreedy, Forced
 
 ORDERS = ("default", "random")
 
@@ -83,8 +84,9 @@ class ACEDQN(QLearner):
     def act(self, graphs: Batch, epsilon: float = 0.0,
             generator: Optional[torch.Generator] = None) -> Tensor:
         """Sequential epsilon-greedy decision; ``[num_agents]`` action ids."""
-        return self.net.rollout(self.on_device(graphs), order=self.cfg.order, epsilon=epsilon,
-                                generator=generator, check=self._check()).actions
+        return self.net.rollout(self.on_device(graphs), order=self.cfg.order,
+                                selector=EpsilonGreedy(epsilon), generator=generator,
+                                check=self._check()).actions
 
     # Learning -------------------------------------------------------------------------
     def td_targets(self, graphs: Batch, actions: Tensor, reward: Tensor, terminated: Tensor,
@@ -99,12 +101,13 @@ class ACEDQN(QLearner):
         graphs, next_graphs = self.on_device(graphs), self.on_device(next_graphs)
         check = self._check()
         # Only double-Q needs the online values of the other candidates.
-        online = self.net.rollout(graphs, order=cfg.order, actions=actions, generator=generator,
+        forced = Forced(actions)
+        online = self.net.rollout(graphs, order=cfg.order, selector=forced, generator=generator,
                                   check=check, values="all" if cfg.double_q else "chosen")
         if online.rank.numel() == 0:
             raise ValueError("no state of the batch has an agent: nothing to learn from")
         with torch.no_grad():
-            target = self.target_net.rollout(graphs, order=online.rank, actions=actions,
+            target = self.target_net.rollout(graphs, order=online.rank, selector=forced,
                                              check=False, values="successors")
             next_t = self.target_net.rollout(next_graphs, order=cfg.order, max_steps=1,
                                              generator=generator, check=check)

@@ -16,6 +16,9 @@ from torch_geometric.utils import scatter
 
 from acegnn.graph.index import UnitIndex
 from acegnn.nn.se_state import EncodedState, apply_actions, candidate_rows
+from acegnn.nn.selectors import Candidates, Greedy, Selector
+
+GREEDY = Greedy()
 
 if TYPE_CHECKING:  # pragma: no cover
     from acegnn.nn.ace import ACENetwork
@@ -90,33 +93,11 @@ def _advance(head: "ValueHead", units: Tensor, hidden: Tensor, enc: EncodedState
     return units, hidden.index_put((changed,), head.unit_hidden(units[changed]))
 
 
-def _forced_rows(index: UnitIndex, actions: Tensor) -> Tensor:
-    """Action-table rows of given per-agent slots; raises on invalid actions."""
-    n = index.num_agents
-    actions = actions.to(index.agents.device).long().view(-1)
-    if actions.numel() != n:
-        raise ValueError(f"actions must hold one slot per agent ({n}) (got {actions.numel()})")
-    num_slots = int(index.action_slot.max()) + 1 if index.action_slot.numel() else 1
-    table = torch.full((n, num_slots), -1, dtype=torch.long, device=actions.device)
-    table[index.action_agent, index.action_slot] = torch.arange(index.action_slot.numel(),
-                                                                device=actions.device)
-    in_range = (actions >= 0) & (actions < num_slots)
-    rows = table[torch.arange(n, device=actions.device), actions.clamp(0, num_slots - 1)]
-    ok = in_range & (rows >= 0)
-    ok = ok & index.action_available[rows.clamp(min=0)]
-    if not bool(ok.all()):
-        i = int((~ok).nonzero()[0])
-        raise ValueError(f"invalid action {int(actions[i])} for agent {i} (graph "
-                         f"{int(index.agent_batch[i])}): not in its action list or not available")
-    return rows
-
-
 def sequential_rollout(
     net: "ACENetwork",
     data: Union[HeteroData, Batch],
     order: Union[str, Tensor] = "default",
-    epsilon: float = 0.0,
-    actions: Optional[Tensor] = None,
+    selector: Optional[Selector] = None,
     generator: Optional[torch.Generator] = None,
     max_steps: Optional[int] = None,
     check: bool = True,
@@ -129,36 +110,37 @@ def sequential_rollout(
         data (HeteroData or Batch): The states.
         order (str or Tensor, optional): Decision order, see :func:`agent_ranks`.
             (default: :obj:`"default"`)
-        epsilon (float, optional): Probability that an agent takes a uniformly random
-            available action instead of the greedy one. (default: :obj:`0.0`)
-        actions (Tensor, optional): ``[num_agents]`` slots to follow instead of
-            choosing (teacher forcing, for learning from replayed transitions).
-        generator (torch.Generator, optional): Source of randomness (order, epsilon).
+        selector (Selector, optional): How each agent chooses from its valued
+            candidates (:mod:`acegnn.nn.selectors`): :class:`Greedy`,
+            :class:`EpsilonGreedy`, :class:`Forced` (teacher forcing, for learning from
+            replayed transitions) or your own. (default: :class:`Greedy`)
+        generator (torch.Generator, optional): Source of randomness (order, selector).
         max_steps (int, optional): Stop after this many agents per graph (``1`` values
             only the first agent's candidates, as the Bellman target of the last agent
             needs at the next state). (default: all agents)
         check (bool, optional): Validate the input. (default: :obj:`True`)
         values (str, optional): Which candidates to value. ``"all"``: every one.
-            ``"chosen"`` (needs ``actions``): only the SE-states the given actions lead
+            ``"chosen"`` (needs a :class:`Forced` selector): only the SE-states the given actions lead
             to, all that the predicted side of a TD loss needs, at about one candidate
-            per agent. ``"successors"`` (needs ``actions``): ``"chosen"`` for the first
+            per agent. ``"successors"`` (needs a :class:`Forced` selector): ``"chosen"`` for the first
             agent and ``"all"`` after it, all that Eq. 1 targets inside a state need.
             Where only the chosen candidate is valued, ``max_value``, ``greedy_ids``
             and the other candidates are NaN / ``-1``. (default: :obj:`"all"`)
     """
     if values not in ("all", "chosen", "successors"):
         raise ValueError(f"values must be 'all', 'chosen' or 'successors' (got {values!r})")
-    if values != "all" and actions is None:
-        raise ValueError(f"values={values!r} needs the actions to follow")
-    if not 0.0 <= float(epsilon) <= 1.0:
-        raise ValueError(f"epsilon must be in [0, 1] (got {epsilon})")
+    selector = GREEDY if selector is None else selector
     enc = net.encode(data, check=check)
     idx = enc.index
     head = net.value_head
     n, A, B = idx.num_agents, idx.action_kind.numel(), idx.num_graphs
     device = enc.units.device
     rank = agent_ranks(idx, order, generator)
-    forced = None if actions is None else _forced_rows(idx, actions)
+    selector.start(idx)
+    forced = selector.known_rows()
+    if values != "all" and forced is None:
+        raise ValueError(f"values={values!r} needs a selector whose actions are known "
+                         f"before valuing (Forced) (got {selector!r})")
 
     full_steps = int(rank.max()) + 1 if n > 0 else 0  # agents of the largest graph
     num_steps = full_steps if max_steps is None else min(full_steps, int(max_steps))
@@ -216,18 +198,7 @@ def sequential_rollout(
             raise ValueError(f"agent {i} (graph {int(idx.agent_batch[i])}) has no available "
                              f"action; every agent needs at least one")
         greedy = c[first[acting]]
-        if forced is not None:
-            chosen = forced[acting]
-        else:
-            chosen = greedy
-            if epsilon > 0:
-                explore = torch.rand(acting.numel(), generator=generator).to(device) < epsilon
-                key = torch.rand(c.numel(), generator=generator).to(device)
-                rand_pos = torch.full((n,), -1.0, device=device).scatter_reduce(
-                    0, seg, key, reduce="amax")
-                pick = torch.full((n,), c.numel(), dtype=torch.long, device=device).scatter_reduce(
-                    0, seg, torch.where(key == rand_pos[seg], pos, c.numel()), reduce="amin")
-                chosen = torch.where(explore, c[pick[acting]], greedy)
+        chosen = selector.select(Candidates(c, v, seg, acting, greedy, n), generator)
         greedy_ids[acting] = greedy
         chosen_ids[acting] = chosen
         max_value = max_value.index_put((acting,), vmax[acting])

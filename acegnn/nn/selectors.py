@@ -1,0 +1,134 @@
+r"""How an agent's action is chosen from the values of its candidate SE-states.
+
+The decision with rollout (:func:`acegnn.nn.rollout.sequential_rollout`) values every
+candidate of the agents deciding at a step and hands them to a :class:`Selector`, which
+returns the chosen action-table rows. Valuing is the rollout's; choosing is the
+selector's, so a new learner adds a selector, not a branch in the rollout:
+
+* :class:`Greedy`: the argmax candidate (ties: the lowest row);
+* :class:`EpsilonGreedy`: with probability :math:`\epsilon` a uniformly random
+  available action, else the greedy one;
+* :class:`Forced`: given actions (teacher forcing, to learn from replayed transitions);
+  the only selector whose choices are known before valuing, which lets the rollout value
+  only the chosen candidates (``values="chosen"``).
+
+A selector may keep what it computed (for example the log-probabilities of a sampling
+policy) on itself: :meth:`Selector.start` is called once per rollout, before the first
+step.
+"""
+from __future__ import annotations
+
+from typing import NamedTuple, Optional
+
+import torch
+from torch import Tensor
+
+from acegnn.graph.index import UnitIndex
+
+
+class Candidates(NamedTuple):
+    """The valued candidates of one decision step, over the whole batch."""
+
+    rows: Tensor  # [C] action-table rows of the candidates
+    values: Tensor  # [C] V of the SE-state each candidate leads to
+    agent: Tensor  # [C] agent (index into the batch's agents) of each candidate
+    acting: Tensor  # [k] the agents deciding at this step
+    greedy: Tensor  # [k] the argmax row of each acting agent
+    num_agents: int  # agents in the batch
+
+
+class Selector:
+    """Chooses the acting agents' actions from their valued candidates (greedy here)."""
+
+    def start(self, index: UnitIndex) -> None:
+        """Called once per rollout with the batch's index, before the first step."""
+
+    def known_rows(self) -> Optional[Tensor]:
+        """``[num_agents]`` rows chosen before any valuing (teacher forcing), else
+        :obj:`None`."""
+        return None
+
+    def select(self, cands: Candidates, generator: Optional[torch.Generator] = None) -> Tensor:
+        """``[k]`` chosen rows, one per acting agent (in ``cands.acting`` order)."""
+        return cands.greedy
+
+    def __repr__(self) -> str:
+        return f"{self.__class__.__name__}()"
+
+
+class Greedy(Selector):
+    """The greedy choice: the candidate of highest value."""
+
+
+class EpsilonGreedy(Selector):
+    r"""Greedy, except that with probability :math:`\epsilon` an agent takes a uniformly
+    random available action.
+
+    Args:
+        epsilon (float): The exploration probability, in ``[0, 1]``.
+    """
+
+    def __init__(self, epsilon: float) -> None:
+        if not 0.0 <= float(epsilon) <= 1.0:
+            raise ValueError(f"epsilon must be in [0, 1] (got {epsilon})")
+        self.epsilon = float(epsilon)
+
+    def select(self, cands: Candidates, generator: Optional[torch.Generator] = None) -> Tensor:
+        if self.epsilon <= 0:
+            return cands.greedy
+        c, seg, acting, n = cands.rows, cands.agent, cands.acting, cands.num_agents
+        device = c.device
+        explore = torch.rand(acting.numel(), generator=generator).to(device) < self.epsilon
+        # a uniform random candidate per agent: the one with the largest random key
+        key = torch.rand(c.numel(), generator=generator).to(device)
+        best = torch.full((n,), -1.0, device=device).scatter_reduce(0, seg, key, reduce="amax")
+        pos = torch.arange(c.numel(), device=device)
+        pick = torch.full((n,), c.numel(), dtype=torch.long, device=device).scatter_reduce(
+            0, seg, torch.where(key == best[seg], pos, c.numel()), reduce="amin")
+        return torch.where(explore, c[pick[acting]], cands.greedy)
+
+    def __repr__(self) -> str:
+        return f"{self.__class__.__name__}(epsilon={self.epsilon})"
+
+
+class Forced(Selector):
+    """Takes given actions (teacher forcing).
+
+    Args:
+        actions (Tensor): ``[num_agents]`` action slots, one per agent of the batch;
+            each must be available to its agent.
+    """
+
+    def __init__(self, actions: Tensor) -> None:
+        self.actions = actions
+        self.rows: Optional[Tensor] = None
+
+    def start(self, index: UnitIndex) -> None:
+        self.rows = forced_rows(index, self.actions)
+
+    def known_rows(self) -> Optional[Tensor]:
+        return self.rows
+
+    def select(self, cands: Candidates, generator: Optional[torch.Generator] = None) -> Tensor:
+        return self.rows[cands.acting]
+
+
+def forced_rows(index: UnitIndex, actions: Tensor) -> Tensor:
+    """Action-table rows of given per-agent slots; raises on invalid actions."""
+    n = index.num_agents
+    actions = actions.to(index.agents.device).long().view(-1)
+    if actions.numel() != n:
+        raise ValueError(f"actions must hold one slot per agent ({n}) (got {actions.numel()})")
+    num_slots = int(index.action_slot.max()) + 1 if index.action_slot.numel() else 1
+    table = torch.full((n, num_slots), -1, dtype=torch.long, device=actions.device)
+    table[index.action_agent, index.action_slot] = torch.arange(index.action_slot.numel(),
+                                                                device=actions.device)
+    in_range = (actions >= 0) & (actions < num_slots)
+    rows = table[torch.arange(n, device=actions.device), actions.clamp(0, num_slots - 1)]
+    ok = in_range & (rows >= 0)
+    ok = ok & index.action_available[rows.clamp(min=0)]
+    if not bool(ok.all()):
+        i = int((~ok).nonzero()[0])
+        raise ValueError(f"invalid action {int(actions[i])} for agent {i} (graph "
+                         f"{int(index.agent_batch[i])}): not in its action list or not available")
+    return rows
