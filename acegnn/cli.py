@@ -17,8 +17,10 @@ def _run_dir(cfg) -> str:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    from acegnn.algos.trainer import CHECKPOINT, Trainer
-    from acegnn.config import load_config, make_learner, make_task, to_dict, to_yaml
+    from acegnn.algos.checkpoint import CHECKPOINT, load_checkpoint
+    from acegnn.algos.trainer import Trainer
+    from acegnn.config import (check_resumable, load_config, make_learner, make_task,
+                               to_dict, to_yaml)
     from acegnn.utils.io import write_text
 
     if args.resume:
@@ -40,38 +42,51 @@ def cmd_train(args: argparse.Namespace) -> int:
                              f"or choose another run.name")
         os.makedirs(run_dir, exist_ok=True)
         write_text(os.path.join(run_dir, "config.yaml"), to_yaml(cfg))
-    task = make_task(cfg)
-    learner = make_learner(cfg, task)
-    trainer = Trainer(task, learner, cfg.train, cfg.seed, run_dir, to_dict(cfg))
-    print(f"run directory: {run_dir}", file=sys.stderr)
+    state = None
     if args.resume:
-        trainer.load()  # refuses a checkpoint made with a different config
-        if args.overrides:  # a raised budget stays raised when the run is resumed again
-            write_text(os.path.join(run_dir, "config.yaml"), to_yaml(cfg))
-    summary = trainer.train(resume=bool(args.resume))
+        path = os.path.join(run_dir, CHECKPOINT)
+        state = load_checkpoint(path)
+        check_resumable(state["config"], cfg, path)
+    task = make_task(cfg)
+    try:
+        learner = make_learner(cfg, task)
+        trainer = Trainer(task, learner, cfg.train, cfg.seed, run_dir, to_dict(cfg))
+        print(f"run directory: {run_dir}", file=sys.stderr)
+        if state is not None:
+            trainer.load_state_dict(state, path)
+            if args.overrides:  # a raised budget stays raised when the run is resumed again
+                write_text(os.path.join(run_dir, "config.yaml"), to_yaml(cfg))
+        summary = trainer.train()
+    finally:
+        task.close()
     print(json.dumps(summary))
     return 0
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    from acegnn.algos.trainer import CHECKPOINT, greedy, load_checkpoint
+    from acegnn.algos.checkpoint import checkpoint_path, load_checkpoint
+    from acegnn.algos.trainer import greedy
     from acegnn.config import from_dict, make_learner, make_task
+    from acegnn.envs import ExactEvaluation
 
-    path = args.run if args.run.endswith(".pt") else os.path.join(args.run, CHECKPOINT)
+    path = checkpoint_path(args.run)
     state = load_checkpoint(path)
     cfg = from_dict(state["config"])
     task = make_task(cfg)
-    learner = make_learner(cfg, task)
-    learner.load_state_dict(state["learner"])
-    result = task.evaluate(greedy(learner, args.seed), args.episodes, args.seed)
-    if hasattr(task, "exact_evaluate"):  # tasks small enough to evaluate on every state
-        result.update(task.exact_evaluate(greedy(learner, cfg.train.eval_seed)))  # as in training
+    try:
+        learner = make_learner(cfg, task)
+        learner.load_state_dict(state["learner"])
+        result = task.evaluate(greedy(learner, args.seed), args.episodes, args.seed).metrics()
+        if isinstance(task, ExactEvaluation):  # as in training: the eval seed's order
+            result.update(task.exact_evaluate(greedy(learner, cfg.train.eval_seed)).metrics())
+    finally:
+        task.close()
     print(json.dumps({"checkpoint": path, "samples": state["samples"], **result}))
     return 0
 
 
 def cmd_oracle(args: argparse.Namespace) -> int:
-    from acegnn.envs.oracle import summary
+    from acegnn.envs.spiders_fly.oracle import summary
 
     print(json.dumps(summary(args.grid, args.horizon)))
     return 0

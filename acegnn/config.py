@@ -1,28 +1,24 @@
 """Experiment configuration: YAML + ``key=value`` overrides -> typed dataclasses.
 
 OmegaConf is used here only; the rest of the package receives dataclasses. Each
-component's config dataclass lives beside the component; the registries below map the
-``name`` keys of the YAML to them.
+component's config dataclass lives beside the component: ``env.name`` picks a task's
+config from :data:`acegnn.envs.ENVS`, ``algo.name`` a learner from
+:data:`acegnn.algos.LEARNERS`, whose ``config_class`` and ``model_class`` are the
+``algo`` and ``model`` sections. This module is also where a checkpoint's config is
+compared with the one a run is resumed with.
 """
 from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, Dict, Optional, Sequence
+from typing import Any, Optional, Sequence
 
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from acegnn.algos.ace_dqn import ACEDQN, ACEDQNConfig
-from acegnn.algos.trainer import TrainConfig
-from acegnn.algos.value_decomposition import (METHODS, ValueDecomposition,
-                                              ValueDecompositionConfig)
-from acegnn.envs.spiders_fly_task import SpidersFlyConfig
+from acegnn.algos import LEARNERS, ACEDQNConfig, TrainConfig
+from acegnn.envs import ENVS
 from acegnn.nn.ace import ModelConfig
-
-ENVS: Dict[str, type] = {"spiders_fly": SpidersFlyConfig}
-ALGOS: Dict[str, type] = {"ace_dqn": ACEDQNConfig, **{m: ValueDecompositionConfig for m in METHODS}}
-LEARNERS: Dict[str, type] = {"ace_dqn": ACEDQN, **{m: ValueDecomposition for m in METHODS}}
 
 
 @dataclass
@@ -37,9 +33,12 @@ class RunConfig:
 class ExperimentConfig:
     seed: int = 0
     """Seed of the network initialisation, environments, exploration and replay."""
-    env: Any = field(default_factory=SpidersFlyConfig)
+    env: Any = None
+    """The task's config (``env.name`` picks it)."""
     algo: Any = field(default_factory=ACEDQNConfig)
-    model: ModelConfig = field(default_factory=ModelConfig)
+    """The learner's config (``algo.name`` picks it)."""
+    model: Any = field(default_factory=ModelConfig)
+    """The learner's network config (its ``model_class``)."""
     train: TrainConfig = field(default_factory=TrainConfig)
     run: RunConfig = field(default_factory=RunConfig)
 
@@ -55,12 +54,25 @@ def _valid_keys(node: Any, prefix: str = "") -> list:
     return keys
 
 
-def _registered(registry: Dict[str, type], raw: Any, section: str) -> type:
-    name = OmegaConf.select(raw, f"{section}.name", default=None)
-    name = next(iter(registry)) if name is None else name
-    if name not in registry:
-        raise ValueError(f"unknown {section}.name '{name}' (choose from {sorted(registry)})")
-    return registry[name]
+def _defaults(raw: Any) -> ExperimentConfig:
+    """The default experiment of the env and algo that ``raw`` names (the first
+    registered of each when it names none)."""
+    env = OmegaConf.select(raw, "env.name", default=None) or next(iter(ENVS))
+    algo = OmegaConf.select(raw, "algo.name", default=None) or next(iter(LEARNERS))
+    learner = LEARNERS.get(algo)
+    return ExperimentConfig(env=ENVS.get(env)(), algo=learner.config_class(),
+                            model=learner.model_class())
+
+
+def _structured(raw: Any) -> ExperimentConfig:
+    default = _defaults(raw)
+    try:
+        return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(default), raw))
+    except ValueError as e:  # a component's own check (__post_init__)
+        raise ValueError(f"invalid config: {e}") from None
+    except OmegaConfBaseException as e:
+        msg = str(e).splitlines()[0]
+        raise ValueError(f"invalid config: {msg}\nvalid keys: {', '.join(_valid_keys(default))}") from None
 
 
 def load_config(path: Optional[str] = None, overrides: Sequence[str] = ()) -> ExperimentConfig:
@@ -69,6 +81,8 @@ def load_config(path: Optional[str] = None, overrides: Sequence[str] = ()) -> Ex
     Raises:
         ValueError: on an unknown key (the valid keys are listed), a value of the wrong
             type, or an unknown env/algo name.
+        MissingBackend: (a ``ValueError``) when the env names a back-end that is not
+            installed; the message names the extra to install.
     """
     try:
         raw = OmegaConf.merge(OmegaConf.load(path) if path else OmegaConf.create(),
@@ -77,30 +91,7 @@ def load_config(path: Optional[str] = None, overrides: Sequence[str] = ()) -> Ex
         raise ValueError(f"cannot read the config: {e}") from None
     except FileNotFoundError:
         raise ValueError(f"config file not found: {path}") from None
-    default = ExperimentConfig(env=_registered(ENVS, raw, "env")(),
-                               algo=_registered(ALGOS, raw, "algo")())
-    try:
-        merged = OmegaConf.merge(OmegaConf.structured(default), raw)
-        cfg = OmegaConf.to_object(merged)
-    except ValueError as e:  # a component's own check (__post_init__)
-        raise ValueError(f"invalid config: {e}") from None
-    except OmegaConfBaseException as e:
-        msg = str(e).splitlines()[0]
-        raise ValueError(f"invalid config: {msg}\nvalid keys: {', '.join(_valid_keys(default))}") from None
-    _refuse_unused_model_keys(cfg)
-    return cfg
-
-
-def _refuse_unused_model_keys(cfg: ExperimentConfig) -> None:
-    """A model key the chosen learner does not read must keep its default: a changed
-    value would silently do nothing (e.g. ``model.conv=gatv2`` with ``algo.name=vdn``)."""
-    unused, default = getattr(LEARNERS[cfg.algo.name], "unused_model_keys", ()), ModelConfig()
-    changed = [f"model.{k}={getattr(cfg.model, k)!r}" for k in unused
-               if getattr(cfg.model, k) != getattr(default, k)]
-    if changed:
-        raise ValueError(f"invalid config: {', '.join(changed)} has no effect on "
-                         f"algo.name={cfg.algo.name} (it does not read "
-                         f"{', '.join('model.' + k for k in unused)}); remove it")
+    return _structured(raw)
 
 
 def to_dict(cfg: ExperimentConfig) -> dict:
@@ -113,10 +104,31 @@ def to_yaml(cfg: ExperimentConfig) -> str:
 
 def from_dict(d: dict) -> ExperimentConfig:
     """Rebuild a config saved with :func:`to_dict` (e.g. from a checkpoint)."""
-    raw = OmegaConf.create(d)
-    default = ExperimentConfig(env=_registered(ENVS, raw, "env")(),
-                               algo=_registered(ALGOS, raw, "algo")())
-    return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(default), raw))
+    return _structured(OmegaConf.create(d))
+
+
+#: Config keys that may differ between a run and its resumption: raising
+#: ``total_samples`` (or dropping ``stop_on_success``) trains a finished run further,
+#: exactly as a run started with the larger budget would have gone on; exact evaluations
+#: only add columns to ``eval.csv``.
+RESUMABLE_KEYS = ("halt_after", "progress", "total_samples", "stop_on_success",
+                  "exact_eval_every")
+
+
+def comparable(config: dict) -> dict:
+    """The config without the keys a resumed run may change."""
+    out = {k: v for k, v in config.items() if k != "train"}
+    out["train"] = {k: v for k, v in config.get("train", {}).items() if k not in RESUMABLE_KEYS}
+    return out
+
+
+def check_resumable(saved: dict, cfg: ExperimentConfig, source: str) -> None:
+    """Refuse to resume a checkpoint (config ``saved``) with a config that differs in
+    more than :data:`RESUMABLE_KEYS`. The saved config goes through the dataclasses, so
+    keys added to the package since the run started get their defaults, which is what
+    the run used."""
+    if comparable(to_dict(from_dict(saved))) != comparable(to_dict(cfg)):
+        raise ValueError(f"the checkpoint at {source} was made with a different config")
 
 
 def make_task(cfg: ExperimentConfig):
@@ -126,10 +138,9 @@ def make_task(cfg: ExperimentConfig):
 
 def make_learner(cfg: ExperimentConfig, task):
     """The learner of an experiment (network initialised from ``cfg.seed``)."""
-    example = task.graphs(task.observe())
-    schema = task.schema
     import torch
 
+    example = task.graphs(task.observe())
     torch.manual_seed(cfg.seed)
-    return LEARNERS[cfg.algo.name](schema, cfg.algo, cfg.model, cfg.train.device,
-                                   example=example)
+    return LEARNERS.get(cfg.algo.name)(task.schema, cfg.algo, cfg.model, cfg.train.device,
+                                       example=example)

@@ -32,7 +32,7 @@ import sys
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 
-from acegnn.algos.trainer import SUCCESS_CHECKPOINT
+from acegnn.algos.checkpoint import SUCCESS_CHECKPOINT
 from acegnn.utils.io import write_text
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -68,6 +68,9 @@ class ACEDQN(QLearner):
         device (str or torch.device, optional): (default: :obj:`"cpu"`)
     """
 
+    config_class = ACEDQNConfig
+    model_class = ModelConfig
+
     def __init__(self, schema: GraphSchema, cfg: ACEDQNConfig, model: ModelConfig,
                  device="cpu", example: Optional[Batch] = None) -> None:
         super().__init__(ACENetwork.from_config(schema, model), cfg, device)

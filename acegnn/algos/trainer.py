@@ -1,7 +1,8 @@
 """The off-policy training loop shared by every value-based learner.
 
-collect (epsilon-greedy, vectorised envs) -> replay -> updates -> evaluation, with
-TensorBoard/CSV logs, atomic checkpoints and exact resume.
+collect (epsilon-greedy, :class:`~acegnn.algos.collector.Collector`) -> replay ->
+updates -> the task's evaluation, with TensorBoard/CSV logs, atomic checkpoints
+(:mod:`acegnn.algos.checkpoint`) and exact resume where the task can be snapshotted.
 """
 from __future__ import annotations
 
@@ -9,22 +10,18 @@ import os
 import sys
 import time
 from dataclasses import dataclass
-from typing import Callable, Dict, Optional, Protocol
+from typing import Dict, Optional, Protocol, Tuple
 
 import torch
 from torch import Tensor
 from torch_geometric.data import Batch
 
+from acegnn.algos.checkpoint import (CHECKPOINT, CHECKPOINT_VERSION, SUCCESS_CHECKPOINT,
+                                     save_checkpoint)
+from acegnn.algos.collector import Collector, Step
 from acegnn.buffers.replay import ReplayBuffer
-from acegnn.envs.base import VecTask
-from acegnn.utils.io import atomic_write
+from acegnn.envs.base import EvalResult, ExactEvaluation, Policy, VecTask
 from acegnn.utils.logger import Logger
-
-CHECKPOINT = "checkpoint.pt"
-#: A full checkpoint of the run at its first evaluation with 100% success, kept when
-#: training goes on (``train.stop_on_success=false``) so both policies can be evaluated.
-SUCCESS_CHECKPOINT = "success.pt"
-CHECKPOINT_VERSION = 1
 
 
 @dataclass
@@ -83,6 +80,11 @@ class TrainConfig:
 
 
 class Learner(Protocol):
+    """What the off-policy loop needs of a learner (ACE-DQN, the baselines)."""
+
+    config_class: type  # its ``algo`` config dataclass
+    model_class: type  # its ``model`` config dataclass
+
     def act(self, graphs: Batch, epsilon: float = 0.0,
             generator: Optional[torch.Generator] = None) -> Tensor: ...
 
@@ -106,7 +108,7 @@ def crossed(before: int, now: int, every: int) -> bool:
     return every > 0 and now // every > before // every
 
 
-def greedy(learner: Learner, seed: int) -> Callable[[Batch], Tensor]:
+def greedy(learner: Learner, seed: int) -> Policy:
     """The learner's greedy policy. ``seed`` seeds the one generator it draws from (only a
     random agent order does), so evaluations of a policy with the same seed agree."""
     gen = torch.Generator().manual_seed(seed)
@@ -133,51 +135,45 @@ class Trainer:
                  run_dir: str, config: Optional[dict] = None) -> None:
         self.task, self.learner, self.cfg, self.run_dir = task, learner, cfg, run_dir
         self.config = config or {}
-        if cfg.exact_eval_every and not hasattr(task, "exact_evaluate"):
+        if cfg.exact_eval_every and not isinstance(task, ExactEvaluation):
             raise ValueError(f"train.exact_eval_every: {type(task).__name__} has no exact "
                              f"evaluation; set it to 0")
         os.makedirs(run_dir, exist_ok=True)
         self.buffer = ReplayBuffer(min(cfg.buffer_size, cfg.total_samples + task.num_envs),
                                    task.obs_spec, task.n_agents)
+        self.collector = Collector(task, self._store)
         self.collect_gen = torch.Generator().manual_seed(seed * 2 + 1)
         self.sample_gen = torch.Generator().manual_seed(seed * 2 + 2)
-        self.samples = self.updates = 0
+        self.updates = 0
         self.samples_to_success: Optional[int] = None
         self.wall_s = 0.0  # training wall-clock of earlier sessions of this run (resume)
         self.wall_to_success: Optional[float] = None
         self._session_start: Optional[float] = None  # perf_counter() while train() runs
         self.last_eval: Dict[str, float] = {}
-        self.ep_return = torch.zeros(task.num_envs)
-        self.ep_length = torch.zeros(task.num_envs, dtype=torch.long)
+        self.headline: Tuple[str, ...] = ()  # the last evaluation's headline metrics
+        self.epsilon = cfg.eps_start
         self.logger: Optional[Logger] = None
         self.loaded = False  # state restored from a checkpoint
 
+    @property
+    def samples(self) -> int:
+        """Environment steps collected (stored in the replay buffer)."""
+        return self.collector.samples
+
+    def _store(self, step: Step) -> None:
+        tr = step.transition
+        self.buffer.add(step.obs, step.actions, tr.reward, tr.terminated, tr.next_obs)
+
+    def _explore(self, graphs: Batch) -> Tensor:
+        cfg = self.cfg
+        self.epsilon = linear_epsilon(self.samples, cfg.eps_start, cfg.eps_end, cfg.eps_decay)
+        return self.learner.act(graphs, self.epsilon, self.collect_gen)
+
     # One round ------------------------------------------------------------------------
     def collect(self) -> Dict[str, float]:
-        cfg, task = self.cfg, self.task
-        returns, lengths = [], []
-        steps = max(1, cfg.samples_per_collect // task.num_envs)
-        for _ in range(steps):
-            eps = linear_epsilon(self.samples, cfg.eps_start, cfg.eps_end, cfg.eps_decay)
-            obs = task.observe()
-            actions = self.learner.act(task.graphs(obs), eps, self.collect_gen)
-            actions = actions.view(task.num_envs, task.n_agents).cpu()
-            tr = task.step(actions)
-            self.buffer.add(obs, actions, tr.reward, tr.terminated, tr.next_obs)
-            self.samples += task.num_envs
-            self.ep_return += tr.reward
-            self.ep_length += 1
-            done = tr.terminated | tr.truncated
-            if bool(done.any()):
-                returns += self.ep_return[done].tolist()
-                lengths += self.ep_length[done].tolist()
-                self.ep_return[done] = 0
-                self.ep_length[done] = 0
-        out = {"epsilon": eps}
-        if returns:
-            out["episode_return"] = sum(returns) / len(returns)
-            out["episode_length"] = sum(lengths) / len(lengths)
-        return out
+        steps = max(1, self.cfg.samples_per_collect // self.task.num_envs)
+        stats = self.collector.run(self._explore, steps)
+        return {"epsilon": self.epsilon, **stats}
 
     def learn(self) -> Dict[str, float]:
         cfg, task = self.cfg, self.task
@@ -193,9 +189,12 @@ class Trainer:
                 totals[k] = totals.get(k, 0.0) + v / cfg.updates_per_collect
         return totals
 
-    def evaluate(self) -> Dict[str, float]:
+    def evaluate(self) -> EvalResult:
         return self.task.evaluate(greedy(self.learner, self.cfg.eval_seed),
                                   self.cfg.eval_episodes, self.cfg.eval_seed)
+
+    def exact_evaluate(self) -> EvalResult:
+        return self.task.exact_evaluate(greedy(self.learner, self.cfg.eval_seed))
 
     # Checkpoints ----------------------------------------------------------------------
     @property
@@ -207,49 +206,48 @@ class Trainer:
         return os.path.join(self.run_dir, SUCCESS_CHECKPOINT)
 
     def state_dict(self) -> dict:
-        return {"version": CHECKPOINT_VERSION, "config": self.config, "samples": self.samples,
-                "updates": self.updates, "samples_to_success": self.samples_to_success,
+        return {"version": CHECKPOINT_VERSION, "config": self.config, "updates": self.updates,
+                "samples_to_success": self.samples_to_success,
                 "wall_s": self.elapsed(), "wall_to_success": self.wall_to_success,
-                "last_eval": dict(self.last_eval), "learner": self.learner.state_dict(),
+                "last_eval": dict(self.last_eval), "headline": list(self.headline),
+                "learner": self.learner.state_dict(),
                 "buffer": self.buffer.state_dict(), "task": self.task.state_dict(),
                 "collect_gen": self.collect_gen.get_state(),
-                "sample_gen": self.sample_gen.get_state(),
-                "ep_return": self.ep_return.clone(), "ep_length": self.ep_length.clone()}
+                "sample_gen": self.sample_gen.get_state(), **self.collector.state_dict()}
 
     def save(self, path: Optional[str] = None) -> None:
-        state = self.state_dict()
-        atomic_write(path or self.checkpoint_path, lambda tmp: torch.save(state, tmp))
+        save_checkpoint(path or self.checkpoint_path, self.state_dict())
 
-    def load(self, path: Optional[str] = None) -> None:
-        from acegnn.config import from_dict, to_dict  # (config imports this module)
-
-        state = load_checkpoint(path or self.checkpoint_path)
-        if self.config:
-            # through the dataclasses: keys added to the package since the run started
-            # get their defaults, which is what the run used
-            saved = to_dict(from_dict(state["config"]))
-            if comparable(saved) != comparable(self.config):
-                raise ValueError(f"the checkpoint at {path or self.checkpoint_path} was made "
-                                 f"with a different config")
+    def load_state_dict(self, state: dict, source: str = "the checkpoint") -> None:
+        """Continue from a checkpoint's state (its config is checked by the caller, see
+        :func:`acegnn.config.resume_config`). A task that cannot be snapshotted starts
+        fresh episodes, which is said once on stderr."""
         self.learner.load_state_dict(state["learner"])
         try:
             self.buffer.load_state_dict(state["buffer"])
         except ValueError as e:
             raise ValueError(
-                f"{path or self.checkpoint_path}: {e}. The replay buffer holds "
+                f"{source}: {e}. The replay buffer holds "
                 f"min(train.buffer_size, train.total_samples + env.num_envs) transitions; a "
                 f"resumed run may change train.total_samples only while its buffer has not "
                 f"filled up and still holds every transition collected. Start a new run "
                 f"with the new budget instead") from e
-        self.task.load_state_dict(state["task"])
+        self.collector.load_state_dict(state)
+        if state["task"] is not None:
+            self.task.load_state_dict(state["task"])
+        else:
+            self.collector.forget_episodes()
+            print(f"resuming: {type(self.task).__name__} cannot restore its environments; "
+                  f"they start new episodes (the {self.task.num_envs} episodes in progress "
+                  f"at the checkpoint are not counted)", file=sys.stderr)
         self.collect_gen.set_state(state["collect_gen"])
         self.sample_gen.set_state(state["sample_gen"])
-        self.samples, self.updates = state["samples"], state["updates"]
+        self.updates = state["updates"]
         self.samples_to_success = state["samples_to_success"]
         # checkpoints older than the wall-clock fields count from this session
         self.wall_s, self.wall_to_success = state.get("wall_s", 0.0), state.get("wall_to_success")
         self.last_eval = state["last_eval"]
-        self.ep_return, self.ep_length = state["ep_return"], state["ep_length"]
+        self.headline = tuple(state.get("headline", ()))
         self.loaded = True
 
     def elapsed(self) -> float:
@@ -258,27 +256,38 @@ class Trainer:
         return self.wall_s + (time.perf_counter() - start if start is not None else 0.0)
 
     # The loop -------------------------------------------------------------------------
-    def train(self, resume: bool = False) -> Dict[str, float]:
+    def _stopped(self) -> bool:
         cfg = self.cfg
-        if resume and not self.loaded:
-            self.load()
-        self.logger = Logger(self.run_dir, resume_step=self.samples if resume else None)
+        return self.samples >= cfg.total_samples or (cfg.stop_on_success and
+                                                     self.samples_to_success is not None)
+
+    def _postfix(self, metrics: Dict[str, float]) -> Dict[str, float]:
+        """The progress bar's figures: loss, epsilon and the task's headline metrics."""
+        loss = metrics.get("td_loss", metrics.get("loss", float("nan")))
+        return {"loss": loss, "eps": metrics["epsilon"],
+                **{k: self.last_eval.get(k, float("nan")) for k in self.headline}}
+
+    def train(self) -> Dict[str, float]:
+        """Train until ``train.total_samples`` or (``train.stop_on_success``) the first
+        successful evaluation; returns the run's summary."""
+        cfg = self.cfg
+        self.logger = Logger(self.run_dir, resume_step=self.samples if self.loaded else None)
         print(f"replay buffer: {self.buffer.capacity} transitions, "
               f"{self.buffer.nbytes / 2**20:.1f} MiB preallocated", file=sys.stderr)
         bar = None
-        if cfg.progress:
+        if cfg.progress and not self._stopped():
             from tqdm import tqdm
 
+            stop = " or first success" if cfg.stop_on_success else ""
             bar = tqdm(total=cfg.total_samples, initial=self.samples, unit="step",
-                       dynamic_ncols=True)
+                       dynamic_ncols=True, desc=f"samples (to {cfg.total_samples:,}{stop})")
         start = self._session_start = time.perf_counter()
         start_samples = self.samples
         last_ckpt = self.samples
         if self.samples_to_success == self.samples and not os.path.exists(self.success_path):
             self.save(self.success_path)  # a run stopped at success, resumed to train further
         try:
-            while self.samples < cfg.total_samples and not (cfg.stop_on_success and
-                                                           self.samples_to_success is not None):
+            while not self._stopped():
                 before = self.samples
                 t0 = time.perf_counter()
                 metrics = self.collect()
@@ -287,30 +296,31 @@ class Trainer:
                 metrics["env_steps_per_s"] = (self.samples - before) / max(t1 - t0, 1e-9)
                 metrics["updates"] = self.updates
                 self.logger.log("train", self.samples, metrics)
-                row = {}
+                row: Dict[str, float] = {}
                 if crossed(before, self.samples, cfg.eval_every):
-                    self.last_eval = row = self.evaluate()
-                    if self.last_eval.get("success_rate") == 1.0 and self.samples_to_success is None:
+                    result = self.evaluate()
+                    self.last_eval = row = result.metrics()
+                    self.headline = result.headline
+                    if result.succeeded and self.samples_to_success is None:
                         self.samples_to_success = self.samples
                         self.wall_to_success = self.elapsed()
                         self.save(self.success_path)
                 if crossed(before, self.samples, cfg.exact_eval_every):
-                    row = {**row, **self.task.exact_evaluate(greedy(self.learner, cfg.eval_seed))}
+                    row = {**row, **self.exact_evaluate().metrics()}
                 if row:
                     self.logger.log("eval", self.samples, row)
                 if bar is not None:
                     bar.update(self.samples - before)
-                    bar.set_postfix(loss=metrics.get("td_loss", float("nan")),
-                                    eps=metrics["epsilon"],
-                                    success=self.last_eval.get("success_rate", float("nan")),
-                                    gap=self.last_eval.get("steps_gap", float("nan")),
-                                    refresh=False)
+                    bar.set_postfix(self._postfix(metrics), refresh=False)
                 if cfg.checkpoint_every and self.samples - last_ckpt >= cfg.checkpoint_every:
                     self.save()
                     last_ckpt = self.samples
                 if cfg.halt_after and self.samples >= cfg.halt_after:
                     raise Halted(f"halted after {self.samples} samples (train.halt_after)")
             self.save()
+            if bar is not None and bar.n < bar.total:  # stopped early, at success
+                bar.total = bar.n
+                bar.refresh()
         finally:
             self.wall_s, self._session_start = self.elapsed(), None
             if bar is not None:
@@ -324,31 +334,3 @@ class Trainer:
                 # this session's rate; None when it collected nothing (a finished run resumed)
                 "env_steps_per_s": collected / max(wall, 1e-9) if collected else None,
                 **{f"eval_{k}": v for k, v in self.last_eval.items()}}
-
-
-#: Config keys that may differ between a run and its resumption: raising
-#: ``total_samples`` (or dropping ``stop_on_success``) trains a finished run further,
-#: exactly as a run started with the larger budget would have gone on; exact evaluations
-#: only add columns to ``eval.csv``.
-RESUMABLE_KEYS = ("halt_after", "progress", "total_samples", "stop_on_success",
-                  "exact_eval_every")
-
-
-def comparable(config: dict) -> dict:
-    """The config without the keys a resumed run may change."""
-    out = {k: v for k, v in config.items() if k != "train"}
-    out["train"] = {k: v for k, v in config.get("train", {}).items() if k not in RESUMABLE_KEYS}
-    return out
-
-
-def load_checkpoint(path: str) -> dict:
-    """Load a checkpoint safely (``weights_only=True``) with a clear error."""
-    if not os.path.exists(path):
-        raise ValueError(f"no checkpoint at {path}")
-    try:
-        state = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as e:  # corrupt file or not a checkpoint
-        raise ValueError(f"cannot read the checkpoint {path}: {e}") from None
-    if not isinstance(state, dict) or state.get("version") != CHECKPOINT_VERSION:
-        raise ValueError(f"{path} is not an acegnn checkpoint of version {CHECKPOINT_VERSION}")
-    return state

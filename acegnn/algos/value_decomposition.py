@@ -29,8 +29,7 @@ from torch_geometric.data import Batch
 from acegnn.algos.base import QLearner, QLearningConfig
 from acegnn.graph.flat import FlatInputs, flat_inputs
 from acegnn.graph.schema import GraphSchema
-from acegnn.nn.ace import ModelConfig
-from acegnn.nn.init import init_relu_layers
+from acegnn.nn.init import MLPConfig, init_relu_layers
 from acegnn.nn.mixers import AgentQNet, QMixer, QTranBase, VDNMixer
 
 METHODS = ("iql", "vdn", "qmix", "qtran")
@@ -67,6 +66,13 @@ class ValueDecompositionConfig(QLearningConfig):
                 raise ValueError(f"algo.{key} must be non-negative (got {getattr(self, key)})")
 
 
+@dataclass
+class AgentModelConfig(MLPConfig):
+    """The baselines' individual Q-network, one MLP shared by the agents, with
+    ``layers + 1`` fc + ReLU before its output layer (as deep as ACE's unit encoder with
+    its value head)."""
+
+
 def input_sizes(fi: FlatInputs) -> Dict[str, int]:
     """The sizes that the networks are built for, by name (for error messages)."""
     return {"agents per state": fi.agent_obs.size(1), "agent input size": fi.agent_obs.size(2),
@@ -90,17 +96,15 @@ class ValueDecomposition(QLearner):
     Args:
         schema (GraphSchema): The task's schema.
         cfg (ValueDecompositionConfig): Hyper-parameters; ``cfg.name`` picks the method.
-        model (ModelConfig): ``hidden``, ``layers`` (the agent MLP has ``layers + 1``
-            hidden layers) and ``init`` of the individual Q-network.
+        model (AgentModelConfig): The individual Q-network.
         device: Torch device.
         example (Batch): A batch of the task's states, to size the networks.
     """
 
-    unused_model_keys = ("conv", "pool", "passive")
-    """Keys of :class:`ModelConfig` that only ACE's graph network reads (a config that
-    changes them for a baseline is refused)."""
+    config_class = ValueDecompositionConfig
+    model_class = AgentModelConfig
 
-    def __init__(self, schema: GraphSchema, cfg: ValueDecompositionConfig, model: ModelConfig,
+    def __init__(self, schema: GraphSchema, cfg: ValueDecompositionConfig, model: AgentModelConfig,
                  device="cpu", example: Optional[Batch] = None) -> None:
         if example is None:
             raise ValueError("value-factorisation learners need an example batch to size "

@@ -68,6 +68,29 @@ def dense_actions(
     }
 
 
+def only_noop(available: Tensor, can_act: Tensor, noop: int) -> Tensor:
+    """The action mask of agents of which some can no longer act (a dead unit): such an
+    agent keeps only its ``noop`` slot, the convention of :mod:`acegnn.envs.base`.
+
+    Args:
+        available (Tensor): ``[..., n_agents, num_slots]`` bool mask of the live rules.
+        can_act (Tensor): ``[..., n_agents]`` bool, :obj:`False` for agents that cannot act.
+        noop (int): The slot of the no-op.
+
+    Returns:
+        Tensor: ``[..., n_agents, num_slots]`` the mask, with exactly the no-op available to
+        every agent that cannot act.
+    """
+    if not 0 <= noop < available.size(-1):
+        raise ValueError(f"noop must be a slot in 0..{available.size(-1) - 1} (got {noop})")
+    if can_act.shape != available.shape[:-1]:
+        raise ValueError(f"can_act must have shape {tuple(available.shape[:-1])} "
+                         f"(got {tuple(can_act.shape)})")
+    out = available & can_act.unsqueeze(-1)
+    out[..., noop] |= ~can_act
+    return out
+
+
 def cat_actions(*tables: Mapping[str, Tensor]) -> Dict[str, Tensor]:
     """Concatenate action tables (e.g. of several agent types)."""
     return {k: torch.cat([t[k] for t in tables]) for k in tables[0]}

@@ -11,7 +11,7 @@ from acegnn.graph.index import unit_index
 from acegnn.graph.schema import GraphSchema
 from acegnn.graph.state import as_batch
 from acegnn.nn.action_encoder import ActionEncoder
-from acegnn.nn.init import INITS, init_relu_layers
+from acegnn.nn.init import MLPConfig, init_relu_layers
 from acegnn.nn.rollout import Rollout, sequential_rollout
 from acegnn.nn.se_state import EncodedState
 from acegnn.nn.unit_encoder import UnitEncoder
@@ -19,11 +19,10 @@ from acegnn.nn.value_head import ValueHead
 
 
 @dataclass
-class ModelConfig:
-    """Hyper-parameters of :class:`ACENetwork`."""
+class ModelConfig(MLPConfig):
+    """Hyper-parameters of :class:`ACENetwork`: ``hidden``, ``layers`` and ``init`` of
+    every MLP (:class:`~acegnn.nn.init.MLPConfig`) and the graph parts below."""
 
-    hidden: int = 128
-    """Embedding width."""
     conv: str = "ace"
     """Message-passing step of the unit encoder (``ace``, ``gatv2``, ``transformer`` or a
     registered name)."""
@@ -31,25 +30,16 @@ class ModelConfig:
     """Pooling of the value encoder: ``mean``, ``sum``, ``max`` or ``mean_max``."""
     passive: bool = True
     """Passive action embeddings (False: the ACE-w/o-IA ablation)."""
-    layers: int = 1
-    """Depth of every encoder MLP (1: the paper's single fc + ReLU)."""
-    init: str = "torch"
-    """Initialisation of the layers that feed a ReLU: ``torch`` (PyTorch's default) or
-    ``he`` (Kaiming normal, zero bias); see :mod:`acegnn.nn.init`."""
 
     def __post_init__(self) -> None:
         from acegnn.nn.unit_encoder import UNIT_CONVS
         from acegnn.nn.value_head import POOLS
 
-        if self.hidden <= 0 or self.layers <= 0:
-            raise ValueError(f"model.hidden and model.layers must be positive "
-                             f"(got {self.hidden}, {self.layers})")
+        super().__post_init__()
         if self.conv not in UNIT_CONVS:
             raise ValueError(f"model.conv must be one of {sorted(UNIT_CONVS)} (got {self.conv!r})")
         if self.pool not in POOLS:
             raise ValueError(f"model.pool must be one of {sorted(POOLS)} (got {self.pool!r})")
-        if self.init not in INITS:
-            raise ValueError(f"model.init must be one of {list(INITS)} (got {self.init!r})")
 
 
 class ACENetwork(nn.Module):

@@ -11,9 +11,32 @@
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from torch import nn
 
 INITS = ("torch", "he")
+
+
+@dataclass
+class MLPConfig:
+    """Width, depth and initialisation of a network of fc + ReLU layers; every learner's
+    model config extends it."""
+
+    hidden: int = 128
+    """Embedding width."""
+    layers: int = 1
+    """Depth of every MLP (1: the paper's single fc + ReLU)."""
+    init: str = "torch"
+    """Initialisation of the layers that feed a ReLU: ``torch`` (PyTorch's default) or
+    ``he`` (Kaiming normal, zero bias); see :mod:`acegnn.nn.init`."""
+
+    def __post_init__(self) -> None:
+        if self.hidden <= 0 or self.layers <= 0:
+            raise ValueError(f"model.hidden and model.layers must be positive "
+                             f"(got {self.hidden}, {self.layers})")
+        if self.init not in INITS:
+            raise ValueError(f"model.init must be one of {list(INITS)} (got {self.init!r})")
 
 
 def init_relu_layers(module: nn.Module, scheme: str) -> nn.Module:
