@@ -11,16 +11,8 @@ install_requires = [
     "tqdm>=4.60",
 ]
 
+# Optional back-ends get an extra when their code lands (see acegnn.envs.register_env).
 extras_require = {
-    # JaxMARL's SMAX: SMAC scenarios in JAX, runs on CPU.
-    "smax": ["jaxmarl==0.2.0"],
-    # StarCraft II SMAC (needs the StarCraft II binary). NOT the PyPI package `smac`,
-    # which is SMAC3, a hyperparameter optimiser.
-    "sc2": ["smac @ git+https://github.com/oxwhirl/smac.git"],
-    # Google Research Football: compiles its engine; see README for system packages.
-    "grf": ["gfootball==2.10.2", "six"],
-    # Faster scatter on GPU (compiled from source; slower than torch's native on CPU).
-    "scatter": ["torch-scatter"],
     "plot": ["matplotlib>=3.6"],
     "dev": ["pytest>=7", "matplotlib>=3.6"],
 }
