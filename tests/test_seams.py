@@ -321,3 +321,40 @@ def test_evaluation_result_success_and_metrics():
     r = LineEval(home_rate=0.5, mean_steps=3.0)
     assert not r.succeeded and r.metrics() == {"home_rate": 0.5, "mean_steps": 3.0}
     assert dataclasses.replace(r, home_rate=1.0).succeeded
+
+
+# Encoders ------------------------------------------------------------------------------
+def test_a_registered_encoder_is_chosen_by_name(tmp_path, line_env):
+    from torch import nn
+
+    from acegnn.nn import UNIT_CONVS, register_unit_conv
+
+    @register_unit_conv("test_self_only")
+    class SelfOnly(nn.Module):  # the README's example: ignores the edges
+        def __init__(self, schema, hidden):
+            super().__init__()
+
+        def reset_parameters(self):
+            pass
+
+        def forward(self, h_dict, edge_index_dict, edge_emb_dict):
+            return h_dict
+
+    try:
+        g = torch.Generator().manual_seed(0)
+        schema = smac_like_schema()
+        s = random_state(schema, 3, 2, g)
+        moved = s.clone()
+        for et in schema.edge_types:
+            moved[et].edge_attr = torch.randn(moved[et].edge_attr.shape, generator=g)
+        values = {}
+        for conv in ("ace", "test_self_only"):
+            torch.manual_seed(0)
+            net = ACENetwork(schema, hidden=16, conv=conv)
+            values[conv] = [net.rollout(collate([x])).chosen_value for x in (s, moved)]
+        assert not torch.allclose(*values["ace"])  # the paper's step reads the edges
+        assert torch.equal(*values["test_self_only"])  # this one does not
+        assert run_line(tmp_path, "c", "model.conv=test_self_only",
+                        "train.total_samples=256") == 0
+    finally:
+        UNIT_CONVS.pop("test_self_only")
