@@ -16,7 +16,7 @@ import time
 import torch
 
 from acegnn.envs.spiders_fly import valid_starts
-from acegnn.envs.spiders_fly_task import _layout, spiders_fly_graphs, spiders_fly_schema
+from acegnn.envs.spiders_fly.task import _layout, spiders_fly_graphs, spiders_fly_schema
 from acegnn.graph.flat import flat_inputs
 from acegnn.graph.index import compute_unit_index, unit_index
 

@@ -34,9 +34,9 @@ from acegnn.algos.ace_dqn import ACEDQN
 from acegnn.nn import Forced
 from acegnn.algos.trainer import CHECKPOINT, load_checkpoint
 from acegnn.config import from_dict, make_learner, make_task
-from acegnn.envs.oracle import optimal_discounted_q, optimal_steps_q, visitation
-from acegnn.envs.spiders_fly import cell_coords
-from acegnn.envs.spiders_fly_task import live_states, oracle_solution
+from acegnn.envs.spiders_fly import (SpidersFlyTask, cell_coords, gap_anatomy, live_states,
+                                     oracle_solution)
+from acegnn.envs.spiders_fly.oracle import optimal_discounted_q
 
 
 @torch.no_grad()
@@ -71,35 +71,17 @@ def joint_argmax(net, graphs, n_agents: int) -> torch.Tensor:
 def anatomy(task, learner, table: torch.Tensor, gamma_se: float) -> dict:
     """Where the steps gap of a policy table comes from, and how precise the value is.
 
-    Regret: per live state, the oracle's expected steps after the policy's joint action
-    minus its optimum. Weighted by the policy's expected visits from the valid starts
-    within ``10 x time_limit`` steps it sums (performance difference) to the steps gap of
-    episodes that long, plus the oracle's expected steps from wherever the fly is still
-    free at their end: ``uncaught_at_horizon`` is that probability, ``0`` for a policy
-    that always catches the fly, and then the sum is the untruncated steps gap (close to
-    the evaluated one, which truncates at the time limit). Value precision: over the
-    visited states and all their joint actions, the learned last-SE-state value against
-    the exact optimum of the return it fits (capture reward, ``gamma_se`` per step);
-    ``centred`` removes each state's mean first, the part that decides actions, to be
-    compared with the optimum's margin between its best and second-best joint action.
+    Regret: :func:`~acegnn.envs.spiders_fly.analysis.gap_anatomy` over episodes of
+    ``10 x time_limit`` steps. Value precision: over the visited states and all their
+    joint actions, the learned last-SE-state value against the exact optimum of the
+    return it fits (capture reward, ``gamma_se`` per step); ``centred`` removes each
+    state's mean first, the part that decides actions, to be compared with the optimum's
+    margin between its best and second-best joint action.
     """
     n = task.grid_size
     c = n * n
-    sol = oracle_solution(n)
     horizon = 10 * task.time_limit  # long enough that the gap splits exactly
-    visits = visitation(n, table, horizon)
-    regret = optimal_steps_q(sol).gather(0, table.unsqueeze(0)).squeeze(0) - sol.expected_steps
-    live = live_states(n)
-    regret = torch.where(live, regret, torch.zeros_like(regret))
-    visited = (visits > 1e-12) & live
-    out = {"visited_states": int(visited.sum()), "live_states": int(live.sum()),
-           "gap_from_regret": float((visits * regret).sum()),
-           "uncaught_at_horizon": float((visitation(n, table, horizon + 1) - visits).sum())}
-    for thr in (0.0, 0.5):
-        bad = visited & (regret > thr + 1e-9)
-        out[f"regret_over_{thr:g}_states"] = int(bad.sum())
-        out[f"regret_over_{thr:g}_visits"] = float(visits[bad].sum())
-        out[f"regret_over_{thr:g}_gap"] = float((visits * regret)[bad].sum())
+    out, visited = gap_anatomy(oracle_solution(n), table, horizon)
     rows = visited.view(-1).nonzero().view(-1)
     cells = torch.cartesian_prod(torch.arange(c), torch.arange(c), torch.arange(c))[rows]
     learned = torch.cat([final_values(learner.net, task.graphs_at(cell_coords(part, n)),
@@ -129,7 +111,7 @@ def main(argv=None) -> dict:
     cfg = from_dict(state["config"])
     task = make_task(cfg)
     learner = make_learner(cfg, task)
-    if not isinstance(learner, ACEDQN) or not hasattr(task, "exact_evaluate"):
+    if not isinstance(learner, ACEDQN) or not isinstance(task, SpidersFlyTask):
         raise SystemExit(f"{path}: needs an ACE run on Spiders-and-Fly "
                          f"(got {cfg.algo.name} on {cfg.env.name})")
     learner.load_state_dict(state["learner"])
@@ -138,8 +120,8 @@ def main(argv=None) -> dict:
     out = {"checkpoint": path, "samples": state["samples"]}
     for name, act in (("sequential", seq), ("joint", joint)):
         r = task.exact_evaluate(act)
-        out[f"{name}_steps_gap"] = r["exact_steps_gap"]
-        out[f"{name}_success_rate"] = r["exact_success_rate"]
+        out[f"{name}_steps_gap"] = r.exact_steps_gap
+        out[f"{name}_success_rate"] = r.exact_success_rate
     a, b = task.policy_table(seq), task.policy_table(joint)
     out["disagree"] = float((a != b)[live_states(task.grid_size)].float().mean())
     gamma_se = cfg.algo.gamma ** (task.n_agents if cfg.algo.intermediate_discount else 1)

@@ -3,7 +3,7 @@ import pytest
 import torch
 
 from acegnn.algos.ace_dqn import ACEDQN, ACEDQNConfig
-from acegnn.envs.spiders_fly_task import spiders_fly_graphs, spiders_fly_schema
+from acegnn.envs.spiders_fly import spiders_fly_graphs, spiders_fly_schema
 from acegnn.nn import ModelConfig
 
 import reference as R

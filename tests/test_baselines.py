@@ -4,7 +4,7 @@ import torch
 
 from acegnn.algos.value_decomposition import ValueDecomposition, ValueDecompositionConfig
 from acegnn.envs.synthetic import random_state, smac_like_schema
-from acegnn.envs.spiders_fly_task import spiders_fly_graphs, spiders_fly_schema
+from acegnn.envs.spiders_fly import spiders_fly_graphs, spiders_fly_schema
 from acegnn.graph import collate
 from acegnn.graph.flat import flat_inputs
 from acegnn.nn import ModelConfig

@@ -223,7 +223,7 @@ def test_dense_layout_still_checks_bad_input():
 
 
 def test_spiders_fly_graph_features():
-    from acegnn.envs.spiders_fly_task import spiders_fly_graphs
+    from acegnn.envs.spiders_fly import spiders_fly_graphs
 
     pos = torch.tensor([[[0, 0], [4, 2], [1, 4]]])
     b = spiders_fly_graphs(pos, 5)
@@ -237,7 +237,7 @@ def test_spiders_fly_graph_features():
 
 def test_spiders_fly_onehot_features():
     from acegnn.config import load_config
-    from acegnn.envs.spiders_fly_task import spiders_fly_graphs
+    from acegnn.envs.spiders_fly import spiders_fly_graphs
 
     pos = torch.tensor([[[0, 0], [4, 2], [1, 4]]])
     scalar, onehot = spiders_fly_graphs(pos, 5), spiders_fly_graphs(pos, 5, "onehot")

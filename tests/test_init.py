@@ -6,8 +6,7 @@ import torch
 from torch import nn
 
 from acegnn.algos.value_decomposition import ValueDecomposition, ValueDecompositionConfig
-from acegnn.envs.spiders_fly import valid_starts
-from acegnn.envs.spiders_fly_task import spiders_fly_graphs, spiders_fly_schema
+from acegnn.envs.spiders_fly import spiders_fly_graphs, spiders_fly_schema, valid_starts
 from acegnn.envs.synthetic import smac_like_schema
 from acegnn.nn import ACENetwork, ModelConfig
 from acegnn.nn.init import init_relu_layers

@@ -1,4 +1,4 @@
-"""Tests for the exact value-iteration oracle of Spiders-and-Fly."""
+"""Tests for the exact oracle of Spiders-and-Fly and the exact analysis of given policies."""
 
 from __future__ import annotations
 
@@ -8,10 +8,11 @@ import json
 import pytest
 import torch
 
-from acegnn.envs.oracle import (OracleSolution, capture_within, main, optimal_discounted_q,
-                                optimal_steps_q, policy_capture, policy_steps, solve, summary,
-                                visitation)
 from acegnn.envs.spiders_fly import SpidersFlyEnv, action_mask_for, valid_starts
+from acegnn.envs.spiders_fly.analysis import (gap_anatomy, policy_capture, policy_regret,
+                                              policy_steps, visitation)
+from acegnn.envs.spiders_fly.oracle import (OracleSolution, capture_within, main,
+                                            optimal_discounted_q, optimal_steps_q, solve, summary)
 
 STAY, UP, DOWN, LEFT, RIGHT = range(5)
 DELTAS = [(0, 0), (-1, 0), (1, 0), (0, -1), (0, 1)]
@@ -338,7 +339,7 @@ def _positions_of(graphs, n: int) -> torch.Tensor:
 
 
 def test_exact_task_evaluation_of_oracle_and_of_a_worse_policy(sol5):
-    from acegnn.envs.spiders_fly_task import SpidersFlyTask
+    from acegnn.envs.spiders_fly import SpidersFlyTask
 
     task = SpidersFlyTask(5)
     oracle_act = lambda g: sol5.act(_positions_of(g, 5)).view(-1)  # noqa: E731
@@ -347,8 +348,9 @@ def test_exact_task_evaluation_of_oracle_and_of_a_worse_policy(sol5):
     live = (c[:, None, None] != c[None, None, :]) & (c[None, :, None] != c[None, None, :])
     assert torch.equal(table[live], sol5.policy[live])
     exact = task.exact_evaluate(oracle_act)
-    assert exact["exact_steps_gap"] == 0.0 and exact["exact_worst_success"] == 1.0
-    assert abs(exact["exact_mean_steps"] - 5.5358) < 1e-3
+    assert exact.exact_steps_gap == 0.0 and exact.exact_worst_success == 1.0
+    assert exact.succeeded
+    assert abs(exact.exact_mean_steps - 5.5358) < 1e-3
 
     def lazy(g):  # spider 1 never moves: a worse policy with a positive gap
         a = sol5.act(_positions_of(g, 5))
@@ -357,10 +359,10 @@ def test_exact_task_evaluation_of_oracle_and_of_a_worse_policy(sol5):
 
     exact = task.exact_evaluate(lazy)
     sampled = task.evaluate(lazy, episodes=4096, seed=3)
-    assert exact["exact_steps_gap"] > 1.0
+    assert exact.exact_steps_gap > 1.0
     # the sampled mean is an unbiased estimate of the exact one (std of the mean < 0.1)
-    assert abs(sampled["mean_steps"] - exact["exact_mean_steps"]) < 0.3
-    assert abs(sampled["success_rate"] - exact["exact_success_rate"]) < 0.05
+    assert abs(sampled.mean_steps - exact.exact_mean_steps) < 0.3
+    assert abs(sampled.success_rate - exact.exact_success_rate) < 0.05
 
 
 # ------------------------------------------- gap anatomy: regret, visits, discounted values
@@ -471,3 +473,33 @@ def test_visitation_splits_the_steps_gap(sol5):
     tail = (at_horizon * sol5.expected_steps).sum()
     assert float(gap) > 0.1  # the perturbation costs steps ...
     assert abs(float((d * regret).sum()) - float(gap + tail)) < 1e-9  # ... and this is where
+
+
+def test_gap_anatomy_of_the_oracle_and_of_a_perturbed_policy(sol5):
+    n, horizon = 5, 200
+    out, visited = gap_anatomy(sol5, sol5.policy, horizon)
+    assert abs(out["gap_from_regret"]) < 1e-9 and out["regret_over_0_states"] == 0
+    assert out["uncaught_at_horizon"] < 1e-12 and out["live_states"] == 25 * 24 * 24
+    assert bool(policy_regret(sol5, sol5.policy).abs().max() < 1e-9)
+
+    policy = _perturbed(sol5, 0.1)
+    out, visited = gap_anatomy(sol5, policy, horizon)
+    regret, visits = policy_regret(sol5, policy), visitation(n, policy, horizon)
+    assert bool((regret > -1e-9).all())  # no action beats the oracle
+    assert torch.equal(visited, (visits > 1e-12) & live_of(n))
+    assert out["visited_states"] == int(visited.sum()) > 0
+    assert out["gap_from_regret"] == float((visits * regret).sum())
+    assert abs(out["regret_over_0_gap"] - out["gap_from_regret"]) < 1e-9
+    assert 0 < out["regret_over_0.5_states"] <= out["regret_over_0_states"]
+    # the untruncated steps gap, as the perturbed policy always catches the fly by then
+    s = valid_starts(n)
+    s = s[..., 0] * n + s[..., 1]
+    at = lambda t: t[s[:, 0], s[:, 1], s[:, 2]]  # noqa: E731
+    gap = at(policy_steps(n, policy, horizon)).mean() - at(sol5.expected_steps).mean()
+    assert out["uncaught_at_horizon"] < 1e-9
+    assert abs(out["gap_from_regret"] - float(gap)) < 1e-6
+
+
+def live_of(n: int) -> torch.Tensor:
+    c = torch.arange(n * n)
+    return (c[:, None, None] != c[None, None, :]) & (c[None, :, None] != c[None, None, :])

@@ -300,7 +300,7 @@ def test_which_heads_can_couple_untargeted_actions(pool, layers, additive):
     """Without a passive target, each action only changes its own unit. With sum/mean
     pooling and a linear readout V(s, a0, a1) is then additive in a0 and a1 (the second
     agent cannot react to the first); max pooling or a deeper readout couples them."""
-    from acegnn.envs.spiders_fly_task import spiders_fly_graphs, spiders_fly_schema
+    from acegnn.envs.spiders_fly import spiders_fly_graphs, spiders_fly_schema
 
     torch.manual_seed(0)
     net = ACENetwork(spiders_fly_schema(), hidden=16, pool=pool, layers=layers)

@@ -115,8 +115,7 @@ def test_joint_argmax_takes_the_best_final_value():
     import torch
     from spiders_regret import joint_argmax
 
-    from acegnn.envs.spiders_fly import valid_starts
-    from acegnn.envs.spiders_fly_task import spiders_fly_graphs, spiders_fly_schema
+    from acegnn.envs.spiders_fly import spiders_fly_graphs, spiders_fly_schema, valid_starts
     from acegnn.nn import ACENetwork
 
     torch.manual_seed(0)

@@ -1,22 +1,32 @@
-"""Tests for the vectorised Spiders-and-Fly environment."""
+"""Tests for the rules of Spiders-and-Fly, the vectorised environment and the task."""
 
 from __future__ import annotations
 
+import dataclasses
+import importlib
 import itertools
 
 import pytest
 import torch
 
+from acegnn.envs import ENVS, EvalResult, ExactEvaluation, VecTask
 from acegnn.envs.spiders_fly import (
     ACTION_NAMES,
     MOVES,
+    SpidersFlyConfig,
     SpidersFlyEnv,
+    SpidersFlyEval,
+    SpidersFlyExactEval,
+    SpidersFlyTask,
     StepResult,
     action_mask_for,
     cell_coords,
     cell_index,
+    grid_rules,
+    live_states,
     valid_starts,
 )
+from acegnn.envs.spiders_fly import _model, env as env_module, rules
 
 STAY, UP, DOWN, LEFT, RIGHT = range(5)
 
@@ -392,3 +402,144 @@ def test_reset_is_deterministic_given_seed():
     e1.reset()
     e2.reset()
     assert torch.equal(e1.positions, e2.positions)
+
+
+# --------------------------------------------------------------------------- rules
+@pytest.mark.parametrize("n", [3, 4, 5])
+def test_rule_tables_match_plain_python(n):
+    tab = grid_rules(n)
+    cells = list(itertools.product(range(n), range(n)))
+    assert tab.coords.tolist() == [list(c) for c in cells]
+    for i, p in enumerate(cells):
+        for a, (dr, dc) in enumerate(MOVES.tolist()):
+            q = (p[0] + dr, p[1] + dc)
+            inside = 0 <= q[0] < n and 0 <= q[1] < n
+            assert bool(tab.action_mask[i, a]) == inside
+            assert int(tab.move[i, a]) == (q[0] * n + q[1] if inside else -1)
+    # the fly's directions for two spiders (after their move) are the plain rule
+    for s0, s1, f in itertools.product(range(n * n), repeat=3):
+        directions = tab.fly_directions(torch.tensor(s0), torch.tensor(s1), torch.tensor(f))
+        expected = fly_options([cells[s0], cells[s1]], cells[f], n)
+        got = [tuple(cells[int(tab.fly_dest[f, d])]) for d in range(4) if directions[d]]
+        assert got == expected, (s0, s1, f)
+    assert torch.equal(action_mask_for(valid_starts(n, 1), n),
+                       tab.action_mask[cell_index(valid_starts(n, 1)[:, :2], n)])
+
+
+def test_capture_reward_and_fly_move_rules():
+    assert rules.captured(torch.tensor([[3, 5], [5, 5], [4, 6]]), torch.tensor([5, 5, 5])).tolist() == [
+        True, True, False]
+    assert rules.catch_reward(torch.tensor([True, False])).tolist() == [10.0, 0.0]
+    none, two = torch.tensor([False] * 4), torch.tensor([True, False, False, True])
+    assert rules.fly_moves(none).tolist() == [False] * 4 + [True]  # stays when cornered
+    assert rules.fly_moves(two).tolist() == [True, False, False, True, False]
+    assert rules.fly_move_probs(two).tolist() == [0.5, 0.0, 0.0, 0.5, 0.0]
+    assert rules.FLY_ACTIONS[rules.FLY_STAY] == ACTION_NAMES.index("stay")
+    live = live_states(4)
+    assert int(live.sum()) == 16 * 15 * 15  # no spider on the fly
+    assert rules.default_time_limit(7) == 28
+    with pytest.raises(ValueError, match="got 2"):
+        grid_rules(2)
+
+
+def test_fly_sampler_realises_the_rule_probabilities_exactly():
+    """The env draws j uniform in [0, 12) per fly move: the share of draws that lead to
+    each move must be the rules' probability, for every pattern of valid directions."""
+    choice = env_module._CHOICE.view(16, 12)
+    for pattern in range(16):
+        directions = torch.tensor([bool(pattern >> d & 1) for d in range(4)])
+        share = torch.bincount(choice[pattern], minlength=5).double() / 12
+        assert torch.equal(share, rules.fly_move_probs(directions)), pattern
+
+
+@pytest.fixture
+def fresh_rule_tables():
+    """Clear the per-grid caches before and after a test that changes a rule."""
+    rules.grid_rules.cache_clear()
+    _model.grid_model.cache_clear()
+    yield
+    rules.grid_rules.cache_clear()
+    _model.grid_model.cache_clear()
+
+
+@pytest.mark.parametrize("flee", [0, 1, 2])
+def test_env_and_oracle_read_one_rule_table(monkeypatch, fresh_rule_tables, flee):
+    """Change nothing but the fly's rule: the sampling env and the oracle's model in
+    expectation both follow it, so each fly move the env makes has the oracle's support."""
+    n, reps = 4, 96
+    default = grid_rules(n).fly_free.clone()
+    monkeypatch.setattr(rules, "FLEE_DISTANCE", flee)
+    rules.grid_rules.cache_clear()
+    assert torch.equal(grid_rules(n).fly_free, default) == (flee == 1)
+    model = _model.grid_model(n)
+    c = n * n
+    states = live_states(n).nonzero()  # [S, 3] flat cells (spider 0, spider 1, fly)
+    env = SpidersFlyEnv(grid_size=n, num_envs=states.shape[0] * reps, seed=1)
+    env.set_state(cell_coords(states.repeat_interleave(reps, dim=0), n))
+    res = env.step(torch.zeros(env.num_envs, 2, dtype=torch.long))  # spiders stay: no capture
+    assert not res.terminated.any()
+    fly = cell_index(res.next_positions[:, 2], n).view(-1, reps)  # [S, reps]
+    seen = torch.zeros(states.shape[0], c, dtype=torch.bool)
+    seen.scatter_(1, fly, True)
+    s0, s1, f = states.unbind(1)
+    prob = torch.zeros(states.shape[0], c, dtype=torch.float64)
+    prob.scatter_add_(1, torch.from_numpy(model.fly_next[f.numpy()]),
+                      torch.from_numpy(model.fly_prob[s0.numpy(), s1.numpy(), f.numpy()]))
+    prob[torch.arange(states.shape[0]), f] += torch.from_numpy(
+        model.fly_stays[s0.numpy(), s1.numpy(), f.numpy()]).double()
+    assert torch.equal(seen, prob > 0)
+    share = torch.zeros(states.shape[0], c, dtype=torch.float64).scatter_add_(
+        1, fly, torch.ones(fly.shape, dtype=torch.float64)) / reps
+    assert (share - prob).abs().max() < 0.25  # and roughly its frequencies
+
+
+# ---------------------------------------------------------------------------- task
+def test_task_contract_and_registry():
+    assert ENVS.get("spiders_fly") is SpidersFlyConfig
+    task = SpidersFlyConfig(grid_size=5, num_envs=4).make(3)
+    assert isinstance(task, SpidersFlyTask) and isinstance(task, VecTask)
+    assert isinstance(task, ExactEvaluation)
+    assert str(task) == "SpidersFlyTask(grid_size=5, num_envs=4)"
+    assert [f.name for f in dataclasses.fields(SpidersFlyEval)] == [
+        "success_rate", "mean_steps", "oracle_steps", "steps_gap"]
+    assert (SpidersFlyEval.success_metric, SpidersFlyEval.success_threshold,
+            SpidersFlyEval.headline) == ("success_rate", 1.0, ("success_rate", "steps_gap"))
+    assert [f.name for f in dataclasses.fields(SpidersFlyExactEval)] == [
+        "exact_success_rate", "exact_worst_success", "exact_mean_steps", "exact_oracle_steps",
+        "exact_steps_gap"]
+    assert (SpidersFlyExactEval.success_metric, SpidersFlyExactEval.headline) == (
+        "exact_worst_success", ("exact_steps_gap",))
+    stay = lambda g: torch.zeros(g.num_graphs * 2, dtype=torch.long)  # noqa: E731
+    result = task.evaluate(stay, episodes=8, seed=0)
+    assert isinstance(result, SpidersFlyEval) and isinstance(result, EvalResult)
+    assert result.success_rate == 0.0 and result.mean_steps == 20.0 and not result.succeeded
+    assert list(result.metrics()) == ["success_rate", "mean_steps", "oracle_steps", "steps_gap"]
+    assert result.steps_gap == result.mean_steps - result.oracle_steps
+    assert task.evaluate(stay, episodes=8, seed=0) == result  # same seed, same episodes
+
+
+def test_task_snapshot_continues_the_same_episodes():
+    task, gen = SpidersFlyTask(5, num_envs=6, seed=2), torch.Generator().manual_seed(0)
+    for _ in range(7):
+        task.step(random_valid_actions(task.env.action_mask(), gen))
+    snap = task.state_dict()
+    twin = SpidersFlyTask(5, num_envs=6, seed=99)
+    twin.load_state_dict(snap)
+    for _ in range(30):
+        actions = random_valid_actions(task.env.action_mask(), gen)
+        a, b = task.step(actions), twin.step(actions)
+        assert torch.equal(a.next_obs["positions"], b.next_obs["positions"])
+        assert torch.equal(a.reward, b.reward) and torch.equal(a.truncated, b.truncated)
+
+
+def test_package_exports_every_public_name():
+    import acegnn.envs.spiders_fly as package
+
+    for name in package.__all__:
+        homes = [m for m in package._SUBMODULES
+                 if name in importlib.import_module(f"acegnn.envs.spiders_fly.{m}").__all__]
+        assert homes, name
+        module = importlib.import_module(f"acegnn.envs.spiders_fly.{homes[0]}")
+        assert getattr(package, name) is getattr(module, name), name
+    with pytest.raises(AttributeError, match="no attribute"):
+        package.not_a_name

@@ -15,19 +15,23 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Callable, Dict, Optional
+from typing import ClassVar, Dict, Optional, Tuple
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 from torch_geometric.data import Batch
 
-from acegnn.envs.base import Transition, VecTask
-from acegnn.envs.oracle import OracleSolution, policy_capture, policy_steps, solve
-from acegnn.envs.spiders_fly import (ACTION_NAMES, SpidersFlyEnv, action_mask_for, cell_coords,
-                                    valid_starts)
-from acegnn.graph import ActionKind, GraphSchema, dense_actions
-from acegnn.graph.dense import DenseLayout
+from acegnn.envs.base import EvalResult, ExactEvaluation, Policy, Transition, VecTask
+from acegnn.envs.spiders_fly.analysis import policy_capture, policy_steps
+from acegnn.envs.spiders_fly.env import SpidersFlyEnv
+from acegnn.envs.spiders_fly.oracle import OracleSolution, solve
+from acegnn.envs.spiders_fly.rules import (ACTION_NAMES, N_ACTIONS, N_AGENTS, action_mask_for,
+                                           cell_coords, cell_index, live_states, valid_starts)
+from acegnn.graph import ActionKind, DenseLayout, GraphSchema, dense_actions
+
+__all__ = ["SpidersFlyConfig", "SpidersFlyTask", "SpidersFlyEval", "SpidersFlyExactEval",
+           "spiders_fly_schema", "spiders_fly_graphs", "live_states", "oracle_solution"]
 
 NODE_FEATURES = 5  # id one-hot (3) + (row, col) / (N - 1)
 EDGE_FEATURES = 2  # (drow, dcol) / (N - 1)
@@ -72,13 +76,6 @@ def oracle_solution(grid_size: int) -> OracleSolution:
     return solve(grid_size)
 
 
-def live_states(grid_size: int) -> Tensor:
-    """``bool [N*N, N*N, N*N]``: no spider on the fly, indexed by the flat cells of
-    (spider 0, spider 1, fly)."""
-    c = torch.arange(grid_size ** 2)
-    return (c[:, None, None] != c[None, None, :]) & (c[None, :, None] != c[None, None, :])
-
-
 def spiders_fly_graphs(positions: Tensor, grid_size: int, features: str = "scalar") -> Batch:
     """Graph batch of positions ``[B, 3, 2]`` (spider 0, spider 1, fly)."""
     B, n = positions.size(0), grid_size
@@ -110,8 +107,49 @@ def _layout(grid_size: Optional[int], features: str) -> DenseLayout:
     return DenseLayout(schema, {"spider": 2, "fly": 1}, EDGES, actions)
 
 
-class SpidersFlyTask(VecTask):
-    """:class:`~acegnn.envs.spiders_fly.SpidersFlyEnv` behind the :class:`VecTask` API.
+@dataclass
+class SpidersFlyEval(EvalResult):
+    """Test episodes of a policy (:meth:`SpidersFlyTask.evaluate`) against the oracle."""
+
+    success_rate: float
+    """Fraction of episodes that caught the fly within ``success_steps`` steps."""
+    mean_steps: float
+    """Mean episode length; a truncated episode counts ``time_limit`` steps."""
+    oracle_steps: float
+    """The oracle's expected steps to capture from the same starts."""
+    steps_gap: float
+    """``mean_steps - oracle_steps``."""
+
+    success_metric: ClassVar[str] = "success_rate"
+    success_threshold: ClassVar[float] = 1.0
+    headline: ClassVar[Tuple[str, ...]] = ("success_rate", "steps_gap")
+
+
+@dataclass
+class SpidersFlyExactEval(EvalResult):
+    """Noise-free evaluation of a deterministic policy over every valid start
+    (:meth:`SpidersFlyTask.exact_evaluate`)."""
+
+    exact_success_rate: float
+    """Mean probability of capture within ``success_steps``."""
+    exact_worst_success: float
+    """Its minimum over starts: 1.0 means every test episode succeeds, whatever the fly
+    does."""
+    exact_mean_steps: float
+    """Expected episode length, truncated at ``time_limit`` like a test episode."""
+    exact_oracle_steps: float
+    """The oracle's expected episode length, truncated the same way."""
+    exact_steps_gap: float
+    """``exact_mean_steps - exact_oracle_steps``."""
+
+    success_metric: ClassVar[str] = "exact_worst_success"
+    success_threshold: ClassVar[float] = 1.0
+    headline: ClassVar[Tuple[str, ...]] = ("exact_steps_gap",)
+
+
+class SpidersFlyTask(VecTask, ExactEvaluation):
+    """:class:`~acegnn.envs.spiders_fly.SpidersFlyEnv` behind the :class:`VecTask` API,
+    with exact evaluation against the oracle (:class:`ExactEvaluation`).
 
     Args:
         grid_size (int, optional): Grid side ``N``. (default: :obj:`5`)
@@ -124,7 +162,7 @@ class SpidersFlyTask(VecTask):
             ``"onehot"`` (see the module docstring). (default: :obj:`"scalar"`)
     """
 
-    n_agents = 2
+    n_agents = N_AGENTS
 
     def __init__(self, grid_size: int = 5, num_envs: int = 8, time_limit: Optional[int] = None,
                  seed: int = 0, success_steps: int = 10, features: str = "scalar") -> None:
@@ -150,19 +188,21 @@ class SpidersFlyTask(VecTask):
         """Graph batch of positions ``[B, 3, 2]`` in this task's encoding."""
         return spiders_fly_graphs(positions, self.grid_size, self.features)
 
-    def evaluate(self, act: Callable[[Batch], Tensor], episodes: int = 32,
-                 seed: int = 0) -> Dict[str, float]:
+    def evaluate(self, act: Policy, episodes: int = 32, seed: int = 0) -> SpidersFlyEval:
         """Greedy test episodes from random valid starts, against the exact oracle.
 
         Args:
-            act: maps a graph batch to ``[num_agents]`` action ids.
-            episodes: number of test episodes (the paper uses 32).
-            seed: seed of the starts and the fly's moves (same seed, same episodes).
+            act (Policy): maps a graph batch to ``[num_agents]`` action ids.
+            episodes (int, optional): number of test episodes (the paper uses 32).
+                (default: :obj:`32`)
+            seed (int, optional): seed of the starts and the fly's moves (same seed,
+                same episodes). (default: :obj:`0`)
 
         Returns:
-            ``success_rate`` (capture within ``success_steps``), ``mean_steps`` (a
-            truncated episode counts ``time_limit``), ``oracle_steps`` (the oracle's
-            expected steps from the same starts) and ``steps_gap`` (their difference).
+            SpidersFlyEval: ``success_rate`` (capture within ``success_steps``),
+            ``mean_steps`` (a truncated episode counts ``time_limit``), ``oracle_steps``
+            (the oracle's expected steps from the same starts) and ``steps_gap`` (their
+            difference).
         """
         env = SpidersFlyEnv(self.grid_size, episodes, self.time_limit, seed)
         starts = env.positions
@@ -180,11 +220,12 @@ class SpidersFlyTask(VecTask):
                 break
         oracle = oracle_solution(self.grid_size).expected_steps_at(starts).float()
         mean_steps = float(steps.float().mean())
-        return {"success_rate": float((caught & (steps <= self.success_steps)).float().mean()),
-                "mean_steps": mean_steps, "oracle_steps": float(oracle.mean()),
-                "steps_gap": mean_steps - float(oracle.mean())}
+        return SpidersFlyEval(
+            success_rate=float((caught & (steps <= self.success_steps)).float().mean()),
+            mean_steps=mean_steps, oracle_steps=float(oracle.mean()),
+            steps_gap=mean_steps - float(oracle.mean()))
 
-    def policy_table(self, act: Callable[[Batch], Tensor], chunk: int = 8192) -> Tensor:
+    def policy_table(self, act: Policy, chunk: int = 8192) -> Tensor:
         """The joint action ``a0 * 5 + a1`` that ``act`` takes in every state,
         ``long [N*N, N*N, N*N]`` indexed by the flat cells of (spider 0, spider 1, fly);
         ``0`` where a spider is on the fly (terminal)."""
@@ -194,35 +235,37 @@ class SpidersFlyTask(VecTask):
         rows = live_states(n).view(-1).nonzero().view(-1)
         for part in rows.split(chunk):
             a = act(self.graphs_at(cell_coords(cells[part], n))).view(-1, 2).cpu()
-            table[part] = a[:, 0] * len(ACTION_NAMES) + a[:, 1]
+            table[part] = a[:, 0] * N_ACTIONS + a[:, 1]
         return table.view(c, c, c)
 
-    def exact_evaluate(self, act: Callable[[Batch], Tensor]) -> Dict[str, float]:
+    def exact_evaluate(self, act: Policy) -> SpidersFlyExactEval:
         """Noise-free evaluation of a deterministic policy over every valid start.
 
         The policy is tabulated on all states (:meth:`policy_table`) and evaluated
         exactly with the fly's move taken in expectation, as the oracle is. Each valid
         start weighs the same, which is the start distribution of the environment.
 
+        Args:
+            act (Policy): maps a graph batch to ``[num_agents]`` action ids.
+
         Returns:
-            ``exact_success_rate`` (mean probability of capture within
-            ``success_steps``), ``exact_worst_success`` (its minimum over starts: 1.0
-            means every test episode succeeds, whatever the fly does),
+            SpidersFlyExactEval: ``exact_success_rate`` (mean probability of capture
+            within ``success_steps``), ``exact_worst_success`` (its minimum over
+            starts: 1.0 means every test episode succeeds, whatever the fly does),
             ``exact_mean_steps`` and ``exact_oracle_steps`` (expected episode length,
             truncated at ``time_limit`` like a test episode) and ``exact_steps_gap``.
         """
         n = self.grid_size
         table = self.policy_table(act)
         start = valid_starts(n)
-        s = start[..., 0] * n + start[..., 1]  # [S, 3] flat cells
+        s = cell_index(start, n)  # [S, 3] flat cells
         at = lambda t: t[s[:, 0], s[:, 1], s[:, 2]]  # noqa: E731
         success = at(policy_capture(n, table, self.success_steps))
         steps = float(at(policy_steps(n, table, self.time_limit)).mean())
         oracle = float(at(policy_steps(n, oracle_solution(n).policy, self.time_limit)).mean())
-        return {"exact_success_rate": float(success.mean()),
-                "exact_worst_success": float(success.min()),
-                "exact_mean_steps": steps, "exact_oracle_steps": oracle,
-                "exact_steps_gap": steps - oracle}
+        return SpidersFlyExactEval(
+            exact_success_rate=float(success.mean()), exact_worst_success=float(success.min()),
+            exact_mean_steps=steps, exact_oracle_steps=oracle, exact_steps_gap=steps - oracle)
 
     def state_dict(self) -> dict:
         return {"cells": self.env.cells, "t": self.env.t.clone(),
@@ -251,7 +294,7 @@ class SpidersFlyConfig:
     """An evaluation episode succeeds if the fly is caught within this many steps."""
     features: str = "scalar"
     """Input encoding: scalar (the paper's table) | onehot (adds one-hot rows, columns
-    and axis distances; see acegnn.envs.spiders_fly_task)."""
+    and axis distances; see acegnn.envs.spiders_fly.task)."""
 
     def __post_init__(self) -> None:
         if self.grid_size < 3 or self.num_envs < 1 or self.success_steps < 1:
