@@ -26,13 +26,12 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
-import os
 
 import torch
 
 from acegnn.algos.ace_dqn import ACEDQN
 from acegnn.nn import Forced
-from acegnn.algos.trainer import CHECKPOINT, load_checkpoint
+from acegnn.algos.checkpoint import checkpoint_path, load_checkpoint
 from acegnn.config import from_dict, make_learner, make_task
 from acegnn.envs.spiders_fly import (SpidersFlyTask, cell_coords, gap_anatomy, live_states,
                                      oracle_solution)
@@ -106,7 +105,7 @@ def main(argv=None) -> dict:
     p.add_argument("run", help="run directory (or checkpoint file) of an ACE run")
     p.add_argument("--json", help="write the result to this file")
     ns = p.parse_args(argv)
-    path = ns.run if ns.run.endswith(".pt") else os.path.join(ns.run, CHECKPOINT)
+    path = checkpoint_path(ns.run)
     state = load_checkpoint(path)
     cfg = from_dict(state["config"])
     task = make_task(cfg)

@@ -116,7 +116,7 @@ def test_joint_argmax_takes_the_best_final_value():
     from spiders_regret import joint_argmax
 
     from acegnn.envs.spiders_fly import spiders_fly_graphs, spiders_fly_schema, valid_starts
-    from acegnn.nn import ACENetwork
+    from acegnn.nn import ACENetwork, Forced
 
     torch.manual_seed(0)
     net = ACENetwork(spiders_fly_schema(), hidden=8, pool="max", layers=2)
@@ -130,9 +130,9 @@ def test_joint_argmax_takes_the_best_final_value():
                 ok = avail[:, 0, a0] & avail[:, 1, a1]
                 for i in ok.nonzero().view(-1).tolist():  # one state at a time
                     gi = spiders_fly_graphs(valid_starts(5)[i:i + 1], 5)
-                    v = net.rollout(gi, actions=torch.tensor([a0, a1])).chosen_value[1]
+                    v = net.rollout(gi, selector=Forced(torch.tensor([a0, a1]))).chosen_value[1]
                     best[i] = max(best[i], v)
-        got = net.rollout(g, actions=arg.view(-1)).chosen_value.view(-1, 2)[:, 1]
+        got = net.rollout(g, selector=Forced(arg.view(-1))).chosen_value.view(-1, 2)[:, 1]
     assert torch.allclose(got, best, atol=1e-6)
 
 

@@ -14,7 +14,7 @@ of their steps to the sink, forgets the episodes they were in and counts them in
 """
 from __future__ import annotations
 
-from typing import Callable, Dict, NamedTuple, Optional, Tuple, Union
+from typing import Callable, Dict, NamedTuple, Tuple, Union
 
 import torch
 from torch import Tensor
