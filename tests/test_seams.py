@@ -358,3 +358,10 @@ def test_a_registered_encoder_is_chosen_by_name(tmp_path, line_env):
                         "train.total_samples=256") == 0
     finally:
         UNIT_CONVS.pop("test_self_only")
+
+
+def test_the_progress_bar_shows_the_tasks_headline_metrics(tmp_path, line_env, capsys):
+    assert run_line(tmp_path, "bar", "train.progress=true", "train.stop_on_success=true") == 0
+    err = capsys.readouterr().err
+    assert "samples (to 768 or first success)" in err
+    assert "home_rate=" in err and "mean_steps=" in err and "success_rate" not in err
