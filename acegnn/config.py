@@ -64,8 +64,21 @@ def _defaults(raw: Any) -> ExperimentConfig:
                             model=learner.model_class())
 
 
-def _structured(raw: Any) -> ExperimentConfig:
+#: Graph-network keys that every saved config held under ``model`` before each learner
+#: owned its model config, with the only values a baseline's run could have had.
+_SHARED_MODEL_KEYS = {"conv": "ace", "pool": "mean", "passive": True}
+
+
+def _structured(raw: Any, saved: bool = False) -> ExperimentConfig:
+    """``raw`` through the dataclasses. ``saved``: a config written by an earlier run,
+    whose model section may hold :data:`_SHARED_MODEL_KEYS` the learner does not read."""
     default = _defaults(raw)
+    model = OmegaConf.select(raw, "model", default=None)
+    if saved and model is not None:
+        fields = {f.name for f in dataclasses.fields(default.model)}
+        for key, value in _SHARED_MODEL_KEYS.items():
+            if key not in fields and model.get(key) == value:
+                del model[key]
     try:
         return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(default), raw))
     except ValueError as e:  # a component's own check (__post_init__)
@@ -75,7 +88,8 @@ def _structured(raw: Any) -> ExperimentConfig:
         raise ValueError(f"invalid config: {msg}\nvalid keys: {', '.join(_valid_keys(default))}") from None
 
 
-def load_config(path: Optional[str] = None, overrides: Sequence[str] = ()) -> ExperimentConfig:
+def load_config(path: Optional[str] = None, overrides: Sequence[str] = (),
+                saved: bool = False) -> ExperimentConfig:
     """Read a YAML file and ``key=value`` overrides into an :class:`ExperimentConfig`.
 
     Raises:
@@ -83,6 +97,8 @@ def load_config(path: Optional[str] = None, overrides: Sequence[str] = ()) -> Ex
             type, or an unknown env/algo name.
         MissingBackend: (a ``ValueError``) when the env names a back-end that is not
             installed; the message names the extra to install.
+
+    ``saved=True`` reads a run's own ``config.yaml`` (see :func:`_structured`).
     """
     try:
         raw = OmegaConf.merge(OmegaConf.load(path) if path else OmegaConf.create(),
@@ -91,7 +107,7 @@ def load_config(path: Optional[str] = None, overrides: Sequence[str] = ()) -> Ex
         raise ValueError(f"cannot read the config: {e}") from None
     except FileNotFoundError:
         raise ValueError(f"config file not found: {path}") from None
-    return _structured(raw)
+    return _structured(raw, saved)
 
 
 def to_dict(cfg: ExperimentConfig) -> dict:
@@ -104,7 +120,7 @@ def to_yaml(cfg: ExperimentConfig) -> str:
 
 def from_dict(d: dict) -> ExperimentConfig:
     """Rebuild a config saved with :func:`to_dict` (e.g. from a checkpoint)."""
-    return _structured(OmegaConf.create(d))
+    return _structured(OmegaConf.create(d), saved=True)
 
 
 #: Config keys that may differ between a run and its resumption: raising
