@@ -74,24 +74,17 @@ class Collector:
             actions = actions.view(task.num_envs, task.n_agents).cpu()
             tr = task.step(actions)
             step = Step(obs, actions, tr, extras)
-            done = tr.terminated | tr.truncated
-            if tr.dropped is not None and bool(tr.dropped.any()):
-                keep = ~tr.dropped
-                dropped += int(tr.dropped.sum())
-                self.ep_return[tr.dropped] = 0
-                self.ep_length[tr.dropped] = 0
-                done = done & keep
-                step = _rows(step, keep)
-            else:
-                keep = None
+            lost = tr.dropped if tr.dropped is not None else torch.zeros_like(tr.terminated)
+            if bool(lost.any()):
+                dropped += int(lost.sum())
+                step = _rows(step, ~lost)
             self.sink(step)
             self.samples += step.actions.size(0)
-            if keep is None:
-                self.ep_return += tr.reward
-                self.ep_length += 1
-            else:
-                self.ep_return[keep] += tr.reward[keep]
-                self.ep_length[keep] += 1
+            self.ep_return += tr.reward
+            self.ep_length += 1
+            self.ep_return[lost] = 0  # the episodes of restarted engines are forgotten
+            self.ep_length[lost] = 0
+            done = (tr.terminated | tr.truncated) & ~lost
             if bool(done.any()):
                 returns += self.ep_return[done].tolist()
                 lengths += self.ep_length[done].tolist()

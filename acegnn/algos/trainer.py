@@ -16,7 +16,7 @@ import torch
 from torch import Tensor
 from torch_geometric.data import Batch
 
-from acegnn.algos.checkpoint import (CHECKPOINT, CHECKPOINT_VERSION, SUCCESS_CHECKPOINT,
+from acegnn.algos.checkpoint import (CHECKPOINT_VERSION, SUCCESS_CHECKPOINT, checkpoint_path,
                                      save_checkpoint)
 from acegnn.algos.collector import Collector, Step
 from acegnn.buffers.replay import ReplayBuffer
@@ -199,7 +199,7 @@ class Trainer:
     # Checkpoints ----------------------------------------------------------------------
     @property
     def checkpoint_path(self) -> str:
-        return os.path.join(self.run_dir, CHECKPOINT)
+        return checkpoint_path(self.run_dir)
 
     @property
     def success_path(self) -> str:
