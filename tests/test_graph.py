@@ -277,6 +277,11 @@ def test_replay_buffer_wraps_and_checks_shapes():
     with pytest.raises(ValueError, match="NaN"):
         buf.add(big, torch.zeros(6, 2, dtype=torch.long), torch.full((6,), float("nan")),
                 torch.zeros(6, dtype=torch.bool), big)
+    wide = {"p": torch.tensor([[0, 127], [-128, 128]])}  # 128 does not fit int8
+    with pytest.raises(ValueError, match=r"obs\['p'\] holds values in \[-128, 128\].*int8"):
+        buf.add(wide, torch.zeros(2, 2, dtype=torch.long), torch.zeros(2),
+                torch.zeros(2, dtype=torch.bool), wide)
+    assert len(buf) == 4 and sorted(buf.reward.tolist()) == [2.0, 3.0, 4.0, 5.0]  # unchanged
 
 
 def test_replay_buffer_resizes_only_when_it_never_wrapped():

@@ -19,6 +19,19 @@ class ReplaySample(NamedTuple):
     next_obs: Dict[str, Tensor]
 
 
+def _check_fits(name: str, value: Tensor, dtype: torch.dtype) -> None:
+    """Refuse integer observations that the storage dtype of the ``obs_spec`` would wrap
+    (e.g. a position of 200 stored as ``int8``)."""
+    if dtype.is_floating_point or dtype == torch.bool or value.numel() == 0:
+        return
+    info = torch.iinfo(dtype)
+    lo, hi = value.min().item(), value.max().item()
+    if lo < info.min or hi > info.max:
+        raise ValueError(f"{name} holds values in [{lo}, {hi}], which its storage dtype "
+                         f"{dtype} cannot hold (range [{info.min}, {info.max}]); widen the "
+                         f"task's obs_spec")
+
+
 class ReplayBuffer:
     """Circular buffer of ``capacity`` transitions.
 
@@ -63,11 +76,12 @@ class ReplayBuffer:
             raise ValueError(f"expected actions [{n}, {self.n_agents}], reward and terminated [{n}] "
                              f"(got {tuple(actions.shape)}, {tuple(reward.shape)}, "
                              f"{tuple(terminated.shape)})")
-        for k, (shape, _) in self.obs_spec.items():
+        for k, (shape, dtype) in self.obs_spec.items():
             for name, o in (("obs", obs), ("next_obs", next_obs)):
                 if k not in o or tuple(o[k].shape) != (n, *shape):
                     raise ValueError(f"{name}['{k}'] must have shape {(n, *shape)} "
                                      f"(got {tuple(o[k].shape) if k in o else 'nothing'})")
+                _check_fits(f"{name}['{k}']", o[k], dtype)
         if n > self.capacity:  # only the newest rows fit
             keep = slice(n - self.capacity, n)
             obs = {k: v[keep] for k, v in obs.items()}
