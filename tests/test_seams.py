@@ -14,7 +14,7 @@ from acegnn.algos.value_decomposition import (AgentModelConfig, ValueDecompositi
                                               ValueDecompositionConfig)
 from acegnn.buffers import ReplayBuffer
 from acegnn.cli import main
-from acegnn.envs import ENVS, EvalResult, Transition, VecTask, register_env
+from acegnn.envs import ENVS, EvalResult, Transition, VecTask, first_episodes, register_env
 from acegnn.envs.synthetic import random_state, smac_like_schema
 from acegnn.graph import (ACTION, ActionKind, GraphSchema, build_state, collate,
                           dense_actions, full_edges, only_noop)
@@ -101,16 +101,9 @@ class LineTask(VecTask):
         return Transition(reward, terminated, truncated, next_obs, dropped)
 
     def evaluate(self, act, episodes: int, seed: int) -> LineEval:
-        task = LineTask(episodes, seed)
-        steps = torch.full((episodes,), LIMIT)
-        home = torch.zeros(episodes, dtype=torch.bool)
-        running = torch.ones(episodes, dtype=torch.bool)
-        for t in range(1, LIMIT + 1):
-            tr = task.step(act(task.graphs(task.observe())).view(episodes, WALKERS))
-            steps[running & tr.terminated] = t
-            home |= running & tr.terminated
-            running &= ~(tr.terminated | tr.truncated)
-        return LineEval(home_rate=float(home.float().mean()), mean_steps=float(steps.float().mean()))
+        ep = first_episodes(LineTask(episodes, seed), act, LIMIT)
+        return LineEval(home_rate=float(ep.terminated.float().mean()),
+                        mean_steps=float(ep.length.float().mean()))
 
 
 @dataclass
@@ -194,11 +187,26 @@ def test_each_learner_owns_its_model_config(tmp_path, line_env, capsys):
     assert run_line(tmp_path, "g", "model.conv=gatv2", "train.total_samples=256") == 0
 
 
+def walk(g):
+    """Every walker that can walks right; walkers at home take their no-op."""
+    return (g[ACTION].available.view(-1, 3) * torch.arange(1, 4)).argmax(1)
+
+
+def test_first_episodes_by_hand():
+    ep = first_episodes(LineTask(6, seed=2), walk, LIMIT)
+    start = ep.start["pos"]
+    assert set(start.view(-1).tolist()) == {0, 1}  # both starts occur
+    assert ep.length.tolist() == (L - 1 - start.min(1).values).tolist()  # the slower walker
+    assert ep.returns.tolist() == [2.0] * 6 and bool(ep.terminated.all())
+    cut = first_episodes(LineTask(6, seed=2), walk, 2)  # nobody is home after 2 steps
+    assert cut.length.tolist() == [2] * 6 and not bool(cut.terminated.any())
+    assert cut.returns.tolist() == [0.0] * 6
+
+
 def test_collector_drops_the_steps_of_a_restarted_engine():
     task = LineTask(3, seed=0, drop_at=2)
     stored = []
     collector = Collector(task, stored.append)
-    walk = lambda g: (g[ACTION].available.view(-1, 3) * torch.arange(1, 4)).argmax(1)  # noqa: E731
     stats = collector.run(walk, 4)
     assert [s.actions.size(0) for s in stored] == [3, 2, 3, 3]
     assert collector.samples == 11 and stats["dropped_episodes"] == 1.0

@@ -6,8 +6,8 @@ config dataclass has a ``name`` field and ``make(seed) -> VecTask``.
 """
 from typing import Optional, Tuple, Union
 
-from acegnn.envs.base import (EvalResult, ExactEvaluation, ObsSpec, Policy, Transition,
-                              VecTask)
+from acegnn.envs.base import (Episodes, EvalResult, ExactEvaluation, ObsSpec, Policy,
+                              Transition, VecTask, first_episodes)
 from acegnn.utils.registry import MissingBackend, Registry
 
 #: ``env.name`` -> the task's config dataclass.
@@ -33,5 +33,5 @@ def register_env(name: str, config: Union[str, type], extra: Optional[str] = Non
 
 register_env("spiders_fly", "acegnn.envs.spiders_fly:SpidersFlyConfig")
 
-__all__ = ["ENVS", "EvalResult", "ExactEvaluation", "MissingBackend", "ObsSpec", "Policy",
-           "Transition", "VecTask", "register_env"]
+__all__ = ["ENVS", "Episodes", "EvalResult", "ExactEvaluation", "MissingBackend", "ObsSpec",
+           "Policy", "Transition", "VecTask", "first_episodes", "register_env"]

@@ -5,7 +5,7 @@ graph batches. Observations are plain tensors (batch first), so the replay buffe
 hold them compactly and graphs are built only when a batch is sampled.
 
 **Evaluation** is part of the contract: :meth:`VecTask.evaluate` plays test episodes
-with a policy and returns an :class:`EvalResult`, a dataclass of the metrics the task's
+with a policy (usually with :func:`first_episodes`) and returns an :class:`EvalResult`, a dataclass of the metrics the task's
 users read, which names its success criterion and the metrics shown while training.
 A task that can also evaluate a deterministic policy exactly (every state, the
 environment's randomness in expectation) declares it by deriving from
@@ -131,6 +131,44 @@ class VecTask(abc.ABC):
 
     def close(self) -> None:
         """Release engines and processes (nothing to do for in-process tasks)."""
+
+
+class Episodes(NamedTuple):
+    """The first episode of every environment of a task (:func:`first_episodes`)."""
+
+    start: Dict[str, Tensor]  # the observations the episodes started from
+    returns: Tensor  # [num_envs] undiscounted return
+    length: Tensor  # [num_envs] steps; max_steps for an episode still running then
+    terminated: Tensor  # [num_envs] bool: ended by the task, not by a time limit
+
+
+def first_episodes(task: VecTask, act: Policy, max_steps: int) -> Episodes:
+    """Play the first episode of each of ``task``'s environments with ``act``, ignoring
+    what the environments do after their auto-reset: the loop of a test evaluation.
+
+    Args:
+        task (VecTask): A task made for the evaluation (one environment per episode).
+        act (Policy): Graph batch -> ``[num_agents]`` actions.
+        max_steps (int): Stop after this many steps (the task's time limit).
+    """
+    if max_steps < 1:
+        raise ValueError(f"max_steps must be positive (got {max_steps})")
+    start = task.observe()
+    n = task.num_envs
+    returns = torch.zeros(n)
+    length = torch.full((n,), max_steps, dtype=torch.long)
+    terminated = torch.zeros(n, dtype=torch.bool)
+    running = torch.ones(n, dtype=torch.bool)
+    for t in range(1, max_steps + 1):
+        tr = task.step(act(task.graphs(task.observe())).view(n, task.n_agents).cpu())
+        returns += tr.reward * running
+        ended = running & (tr.terminated | tr.truncated)
+        length[ended] = t
+        terminated |= running & tr.terminated
+        running &= ~ended
+        if not bool(running.any()):
+            break
+    return Episodes(start, returns, length, terminated)
 
 
 class ExactEvaluation(abc.ABC):

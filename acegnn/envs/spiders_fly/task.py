@@ -22,7 +22,8 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch_geometric.data import Batch
 
-from acegnn.envs.base import EvalResult, ExactEvaluation, Policy, Transition, VecTask
+from acegnn.envs.base import (EvalResult, ExactEvaluation, Policy, Transition, VecTask,
+                              first_episodes)
 from acegnn.envs.spiders_fly.analysis import policy_capture, policy_steps
 from acegnn.envs.spiders_fly.env import SpidersFlyEnv
 from acegnn.envs.spiders_fly.oracle import OracleSolution, solve
@@ -204,20 +205,10 @@ class SpidersFlyTask(VecTask, ExactEvaluation):
             (the oracle's expected steps from the same starts) and ``steps_gap`` (their
             difference).
         """
-        env = SpidersFlyEnv(self.grid_size, episodes, self.time_limit, seed)
-        starts = env.positions
-        steps = torch.zeros(episodes, dtype=torch.long)
-        caught = torch.zeros(episodes, dtype=torch.bool)
-        running = torch.ones(episodes, dtype=torch.bool)
-        for t in range(1, self.time_limit + 1):
-            actions = act(self.graphs_at(env.positions)).view(episodes, 2)
-            r = env.step(actions.cpu())
-            ended = running & (r.terminated | r.truncated)
-            steps[ended] = t
-            caught |= running & r.terminated
-            running &= ~ended
-            if not bool(running.any()):
-                break
+        test = SpidersFlyTask(self.grid_size, episodes, self.time_limit, seed,
+                              self.success_steps, self.features)
+        ep = first_episodes(test, act, self.time_limit)
+        starts, steps, caught = ep.start["positions"], ep.length, ep.terminated
         oracle = oracle_solution(self.grid_size).expected_steps_at(starts).float()
         mean_steps = float(steps.float().mean())
         return SpidersFlyEval(
