@@ -64,24 +64,13 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    from acegnn.algos.checkpoint import checkpoint_path, load_checkpoint
-    from acegnn.algos.trainer import greedy
-    from acegnn.config import from_dict, make_learner, make_task
-    from acegnn.envs import ExactEvaluation
+    from acegnn.config import evaluate_checkpoint
 
-    path = checkpoint_path(args.run)
-    state = load_checkpoint(path)
-    cfg = from_dict(state["config"])
-    task = make_task(cfg)
-    try:
-        learner = make_learner(cfg, task)
-        learner.load_state_dict(state["learner"])
-        result = task.evaluate(greedy(learner, args.seed), args.episodes, args.seed).metrics()
-        if isinstance(task, ExactEvaluation):  # as in training: the eval seed's order
-            result.update(task.exact_evaluate(greedy(learner, cfg.train.eval_seed)).metrics())
-    finally:
-        task.close()
-    print(json.dumps({"checkpoint": path, "samples": state["samples"], **result}))
+    out = evaluate_checkpoint(args.run, args.episodes, args.seed)
+    metrics = out["evaluation"].metrics()
+    if out["exact"] is not None:
+        metrics.update(out["exact"].metrics())
+    print(json.dumps({"checkpoint": out["checkpoint"], "samples": out["samples"], **metrics}))
     return 0
 
 

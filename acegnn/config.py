@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, Optional, Sequence
+from typing import Any, Dict, Optional, Sequence
 
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
@@ -160,3 +160,37 @@ def make_learner(cfg: ExperimentConfig, task):
     torch.manual_seed(cfg.seed)
     return LEARNERS.get(cfg.algo.name)(task.schema, cfg.algo, cfg.model, cfg.train.device,
                                        example=example)
+
+
+def evaluate_checkpoint(path: str, episodes: int = 32, seed: int = 2024) -> Dict[str, Any]:
+    """Evaluate the greedy policy of a checkpoint as ``acegnn eval`` does.
+
+    Args:
+        path (str): A run directory or a checkpoint file.
+        episodes (int, optional): Test episodes. (default: :obj:`32`)
+        seed (int, optional): Seed of the test episodes. (default: :obj:`2024`)
+
+    Returns:
+        ``checkpoint`` (the file), ``samples`` (its training samples), ``evaluation``
+        (the task's :class:`~acegnn.envs.EvalResult`) and ``exact`` (its exact
+        evaluation, in the order of training's, or :obj:`None` if it has none).
+    """
+    from acegnn.algos.checkpoint import checkpoint_path, load_checkpoint
+    from acegnn.algos.trainer import greedy
+    from acegnn.envs import ExactEvaluation
+
+    path = checkpoint_path(path)
+    state = load_checkpoint(path)
+    cfg = from_dict(state["config"])
+    task = make_task(cfg)
+    try:
+        learner = make_learner(cfg, task)
+        learner.load_state_dict(state["learner"])
+        result = task.evaluate(greedy(learner, seed), episodes, seed)
+        exact = None
+        if isinstance(task, ExactEvaluation):  # as in training: the eval seed's order
+            exact = task.exact_evaluate(greedy(learner, cfg.train.eval_seed))
+    finally:
+        task.close()
+    return {"checkpoint": path, "samples": state["samples"], "evaluation": result,
+            "exact": exact}
