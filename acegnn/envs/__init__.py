@@ -6,7 +6,7 @@ config dataclass has a ``name`` field and ``make(seed) -> VecTask``.
 """
 from typing import Optional, Tuple, Union
 
-from acegnn.envs.base import (Episodes, EvalResult, ExactEvaluation, ObsSpec, Policy,
+from acegnn.envs.base import (Episodes, EvalResult, ExactEvaluation, ObsSpec, Policy, Scene,
                               Transition, VecTask, first_episodes)
 from acegnn.utils.registry import MissingBackend, Registry
 
@@ -34,4 +34,4 @@ def register_env(name: str, config: Union[str, type], extra: Optional[str] = Non
 register_env("spiders_fly", "acegnn.envs.spiders_fly:SpidersFlyConfig")
 
 __all__ = ["ENVS", "Episodes", "EvalResult", "ExactEvaluation", "MissingBackend", "ObsSpec",
-           "Policy", "Transition", "VecTask", "first_episodes", "register_env"]
+           "Policy", "Scene", "Transition", "VecTask", "first_episodes", "register_env"]

@@ -87,6 +87,25 @@ class EvalResult:
         return float(getattr(self, self.success_metric)) >= self.success_threshold
 
 
+@dataclasses.dataclass(frozen=True)
+class Scene:
+    """How a task's states are drawn (:mod:`acegnn.viz`): the extent of the plane its
+    unit positions live in, background segments (grid lines, a pitch) and the
+    displacement a move action draws as an arrow. Plain numbers: no drawing library."""
+
+    xlim: Tuple[float, float]
+    ylim: Tuple[float, float]
+    lines: Tuple[Tuple[Tuple[float, float], Tuple[float, float]], ...] = ()
+    """Background segments ``((x0, y0), (x1, y1))``."""
+    moves: Tuple[Tuple[str, Tuple[float, float]], ...] = ()
+    """``(action kind name, (dx, dy))`` of the kinds drawn as a move arrow."""
+    invert_y: bool = False
+    """Whether y grows downwards (a grid's rows)."""
+
+    def move(self, kind: str) -> Optional[Tuple[float, float]]:
+        return dict(self.moves).get(kind)
+
+
 class VecTask(abc.ABC):
     """Vectorised cooperative multi-agent task whose states are graphs.
 
@@ -131,6 +150,17 @@ class VecTask(abc.ABC):
 
     def close(self) -> None:
         """Release engines and processes (nothing to do for in-process tasks)."""
+
+    def scene(self) -> Optional[Scene]:
+        """How to draw this task's states (:mod:`acegnn.viz`); ``None``: units are laid
+        out on circles, with no background."""
+        return None
+
+    def unit_positions(self, graphs: Batch) -> Optional[Tensor]:
+        """``[num_units, 2]`` drawing positions of the batch's units, in the flat unit
+        order of :func:`acegnn.graph.unit_index`, in the :meth:`scene`'s plane; ``None``
+        when the task has no positions."""
+        return None
 
 
 class Episodes(NamedTuple):

@@ -22,14 +22,14 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch_geometric.data import Batch
 
-from acegnn.envs.base import (EvalResult, ExactEvaluation, Policy, Transition, VecTask,
+from acegnn.envs.base import (EvalResult, ExactEvaluation, Policy, Scene, Transition, VecTask,
                               first_episodes)
 from acegnn.envs.spiders_fly.analysis import policy_capture, policy_steps
 from acegnn.envs.spiders_fly.env import SpidersFlyEnv
 from acegnn.envs.spiders_fly.oracle import OracleSolution, solve
-from acegnn.envs.spiders_fly.rules import (ACTION_NAMES, N_ACTIONS, N_AGENTS, action_mask_for,
+from acegnn.envs.spiders_fly.rules import (ACTION_NAMES, MOVES, N_ACTIONS, N_AGENTS, action_mask_for,
                                            cell_coords, cell_index, live_states, valid_starts)
-from acegnn.graph import ActionKind, DenseLayout, GraphSchema, dense_actions
+from acegnn.graph import ActionKind, DenseLayout, GraphSchema, dense_actions, unit_index
 
 __all__ = ["SpidersFlyConfig", "SpidersFlyTask", "SpidersFlyEval", "SpidersFlyExactEval",
            "spiders_fly_schema", "spiders_fly_graphs", "live_states", "oracle_solution"]
@@ -257,6 +257,28 @@ class SpidersFlyTask(VecTask, ExactEvaluation):
         return SpidersFlyExactEval(
             exact_success_rate=float(success.mean()), exact_worst_success=float(success.min()),
             exact_mean_steps=steps, exact_oracle_steps=oracle, exact_steps_gap=steps - oracle)
+
+    def scene(self) -> Scene:
+        """The grid: cell ``(row, col)`` is drawn at ``x = col``, ``y = row`` (rows grow
+        downwards); the four moves are arrows of one cell."""
+        n = self.grid_size
+        edges = [k - 0.5 for k in range(n + 1)]
+        lines = tuple(((e, -0.5), (e, n - 0.5)) for e in edges) + \
+            tuple(((-0.5, e), (n - 0.5, e)) for e in edges)
+        moves = tuple((name, (float(d[1]), float(d[0])))
+                      for name, d in zip(ACTION_NAMES, MOVES.tolist()) if any(d))
+        return Scene(xlim=(-0.5, n - 0.5), ylim=(-0.5, n - 0.5), lines=lines, moves=moves,
+                     invert_y=True)
+
+    def unit_positions(self, graphs: Batch) -> Tensor:
+        """Each unit at its cell, read back from its node features (``(row, col) /
+        (N - 1)`` after the id one-hot)."""
+        idx = unit_index(self.schema, graphs, check=False)
+        pos = torch.empty(idx.num_units, 2)
+        for t in self.schema.node_types:
+            rc = graphs[t].x[:, 3:5].cpu() * (self.grid_size - 1)
+            pos[idx.flat[t].cpu()] = torch.stack([rc[:, 1], rc[:, 0]], dim=1).round()
+        return pos
 
     def state_dict(self) -> dict:
         return {"cells": self.env.cells, "t": self.env.t.clone(),
