@@ -50,7 +50,13 @@ def cmd_train(args: argparse.Namespace) -> int:
     task = make_task(cfg)
     try:
         learner = make_learner(cfg, task)
-        trainer = Trainer(task, learner, cfg.train, cfg.seed, run_dir, to_dict(cfg))
+        hooks = []
+        if cfg.train.log_episode:
+            from acegnn.viz.episode import TensorBoardEpisode, check_drawable
+
+            check_drawable(learner)
+            hooks.append(TensorBoardEpisode(cfg))
+        trainer = Trainer(task, learner, cfg.train, cfg.seed, run_dir, to_dict(cfg), hooks)
         print(f"run directory: {run_dir}", file=sys.stderr)
         if state is not None:
             trainer.load_state_dict(state, path)
@@ -74,6 +80,33 @@ def cmd_eval(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_viz(args: argparse.Namespace) -> int:
+    from tqdm import tqdm
+
+    from acegnn.config import restore
+    from acegnn.viz.episode import check_drawable, record_run
+
+    cfg, state, task, learner = restore(args.run)
+    task.close()
+    check_drawable(learner)
+    from acegnn.viz.draw import animate
+    from acegnn.viz.html import episode_page
+
+    out = args.out or os.path.join(os.path.dirname(state["path"]), "viz")
+    os.makedirs(out, exist_ok=True)
+    episodes = record_run(cfg, learner, args.episodes, args.seed, args.max_steps)
+    written = []
+    for k, episode in enumerate(tqdm(episodes, desc="drawing episodes", unit="episode",
+                                     disable=not args.progress)):
+        name = os.path.join(out, f"episode{k}")
+        title = f"{cfg.env.name}, {cfg.algo.name}, {state['samples']:,} samples, episode {k}"
+        written += [animate(episode, f"{name}.{args.format}", fps=args.fps),
+                    episode_page(episode, f"{name}.html", title=title, max_edges=args.max_edges)]
+    print(json.dumps({"checkpoint": state["path"], "samples": state["samples"],
+                      "steps": [len(e) for e in episodes], "files": written}))
+    return 0
+
+
 def cmd_oracle(args: argparse.Namespace) -> int:
     from acegnn.envs.spiders_fly.oracle import summary
 
@@ -94,6 +127,18 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     e.add_argument("--episodes", type=int, default=32)
     e.add_argument("--seed", type=int, default=2024)
     e.set_defaults(fn=cmd_eval)
+    v = sub.add_parser("viz", help="draw greedy episodes of a run's checkpoint (animation "
+                                   "and an interactive HTML page per episode)")
+    v.add_argument("run", help="run directory or checkpoint file")
+    v.add_argument("--episodes", type=int, default=1)
+    v.add_argument("--seed", type=int, default=0, help="seed of the episodes' starts")
+    v.add_argument("--out", help="output directory (default: RUN/viz)")
+    v.add_argument("--format", choices=("gif", "mp4"), default="gif")
+    v.add_argument("--fps", type=float, default=2.0)
+    v.add_argument("--max-steps", type=int, default=200, help="steps drawn per episode at most")
+    v.add_argument("--max-edges", type=int, default=500, help="edges drawn per state at most")
+    v.add_argument("--no-progress", dest="progress", action="store_false")
+    v.set_defaults(fn=cmd_viz)
     o = sub.add_parser("oracle", help="exact optimum of Spiders-and-Fly")
     o.add_argument("--grid", type=int, default=5)
     o.add_argument("--horizon", type=int, default=10)

@@ -126,9 +126,9 @@ def from_dict(d: dict) -> ExperimentConfig:
 #: Config keys that may differ between a run and its resumption: raising
 #: ``total_samples`` (or dropping ``stop_on_success``) trains a finished run further,
 #: exactly as a run started with the larger budget would have gone on; exact evaluations
-#: only add columns to ``eval.csv``.
+#: only add columns to ``eval.csv``, drawn episodes only images to TensorBoard.
 RESUMABLE_KEYS = ("halt_after", "progress", "total_samples", "stop_on_success",
-                  "exact_eval_every")
+                  "exact_eval_every", "log_episode")
 
 
 def comparable(config: dict) -> dict:
@@ -162,6 +162,25 @@ def make_learner(cfg: ExperimentConfig, task):
                                        example=example)
 
 
+def restore(path: str):
+    """A run's checkpoint and its experiment: ``(cfg, state, task, learner)`` with the
+    learner's weights loaded (``path``: a run directory or a checkpoint file). The caller
+    closes the task."""
+    from acegnn.algos.checkpoint import checkpoint_path, load_checkpoint
+
+    path = checkpoint_path(path)
+    state = load_checkpoint(path)
+    cfg = from_dict(state["config"])
+    task = make_task(cfg)
+    try:
+        learner = make_learner(cfg, task)
+        learner.load_state_dict(state["learner"])
+    except BaseException:
+        task.close()
+        raise
+    return cfg, {**state, "path": path}, task, learner
+
+
 def evaluate_checkpoint(path: str, episodes: int = 32, seed: int = 2024) -> Dict[str, Any]:
     """Evaluate the greedy policy of a checkpoint as ``acegnn eval`` does.
 
@@ -175,22 +194,16 @@ def evaluate_checkpoint(path: str, episodes: int = 32, seed: int = 2024) -> Dict
         (the task's :class:`~acegnn.envs.EvalResult`) and ``exact`` (its exact
         evaluation, in the order of training's, or :obj:`None` if it has none).
     """
-    from acegnn.algos.checkpoint import checkpoint_path, load_checkpoint
     from acegnn.algos.trainer import greedy
     from acegnn.envs import ExactEvaluation
 
-    path = checkpoint_path(path)
-    state = load_checkpoint(path)
-    cfg = from_dict(state["config"])
-    task = make_task(cfg)
+    cfg, state, task, learner = restore(path)
     try:
-        learner = make_learner(cfg, task)
-        learner.load_state_dict(state["learner"])
         result = task.evaluate(greedy(learner, seed), episodes, seed)
         exact = None
         if isinstance(task, ExactEvaluation):  # as in training: the eval seed's order
             exact = task.exact_evaluate(greedy(learner, cfg.train.eval_seed))
     finally:
         task.close()
-    return {"checkpoint": path, "samples": state["samples"], "evaluation": result,
+    return {"checkpoint": state["path"], "samples": state["samples"], "evaluation": result,
             "exact": exact}

@@ -91,6 +91,13 @@ class ACEDQN(QLearner):
                                 selector=EpsilonGreedy(epsilon), generator=generator,
                                 check=self._check()).actions
 
+    @torch.no_grad()
+    def decide(self, graphs: Batch, generator: Optional[torch.Generator] = None) -> Rollout:
+        """The greedy decision with every candidate valued, as :meth:`act` with
+        ``epsilon=0`` decides (for drawing it, :mod:`acegnn.viz`)."""
+        return self.net.rollout(self.on_device(graphs), order=self.cfg.order,
+                                generator=generator, check=self._check())
+
     # Learning -------------------------------------------------------------------------
     def td_targets(self, graphs: Batch, actions: Tensor, reward: Tensor, terminated: Tensor,
                    next_graphs: Batch, generator: Optional[torch.Generator] = None) -> TDTargets:

@@ -10,7 +10,7 @@ import os
 import sys
 import time
 from dataclasses import dataclass
-from typing import Dict, Optional, Protocol, Tuple
+from typing import Callable, Dict, Optional, Protocol, Sequence, Tuple
 
 import torch
 from torch import Tensor
@@ -55,6 +55,10 @@ class TrainConfig:
     have one (Spiders-and-Fly: every state tabulated, the fly's moves in expectation),
     logged in ``eval.csv`` and TensorBoard as ``exact_*`` (0: never). It draws from none
     of the run's random streams, so training is the same with or without it."""
+    log_episode: bool = False
+    """At each evaluation, draw one greedy test episode into TensorBoard (images under
+    ``eval/episode``; ACE learners; needs the ``viz`` extra). It draws from none of the
+    run's random streams."""
     stop_on_success: bool = True
     """Stop once an evaluation succeeds in every test episode."""
     checkpoint_every: int = 102_400
@@ -129,12 +133,17 @@ class Trainer:
         seed (int): Seed of exploration and replay sampling.
         run_dir (str): Directory of logs and checkpoints (created).
         config (dict, optional): The resolved experiment config, saved in checkpoints.
+        on_evaluate (list of callables, optional): Called as ``fn(trainer, result)``
+            after every evaluation (e.g. drawing an episode into TensorBoard); they must
+            not draw from the run's random generators.
     """
 
     def __init__(self, task: VecTask, learner: Learner, cfg: TrainConfig, seed: int,
-                 run_dir: str, config: Optional[dict] = None) -> None:
+                 run_dir: str, config: Optional[dict] = None,
+                 on_evaluate: Sequence[Callable[["Trainer", EvalResult], None]] = ()) -> None:
         self.task, self.learner, self.cfg, self.run_dir = task, learner, cfg, run_dir
         self.config = config or {}
+        self.on_evaluate = list(on_evaluate)
         if cfg.exact_eval_every and not isinstance(task, ExactEvaluation):
             raise ValueError(f"train.exact_eval_every: {type(task).__name__} has no exact "
                              f"evaluation; set it to 0")
@@ -301,6 +310,8 @@ class Trainer:
                     result = self.evaluate()
                     self.last_eval = row = result.metrics()
                     self.headline = result.headline
+                    for fn in self.on_evaluate:
+                        fn(self, result)
                     if result.succeeded and self.samples_to_success is None:
                         self.samples_to_success = self.samples
                         self.wall_to_success = self.elapsed()
