@@ -15,6 +15,8 @@ install_requires = [
 extras_require = {
     "plot": ["matplotlib>=3.6"],
     "dev": ["pytest>=7", "matplotlib>=3.6"],
+    # Figures, animations and the interactive HTML episode page (acegnn.viz).
+    "viz": ["matplotlib>=3.6", "plotly>=5", "pillow"],
 }
 
 setup(

@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
 # Install acegnn and what its tests need, on a fresh machine or an existing one.
-#   bash scripts/install.sh [EXTRAS]      e.g.  bash scripts/install.sh dev,smax
+#   bash scripts/install.sh [EXTRAS]      e.g.  bash scripts/install.sh dev,viz,smax
+# EXTRAS defaults to dev,viz (what the test suite needs). Where `chromium` is missing and
+# apt-get exists (Debian, Ubuntu; as root or with sudo), Debian's chromium is installed
+# too: the tests marked `browser` open the HTML episode page in headless Chromium.
 # torch first: a CPU build where no NVIDIA GPU is present (a plain `pip install torch`
 # would pull a multi-GB CUDA build), the default build where there is one.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
-EXTRAS=${1:-dev}
+EXTRAS=${1:-dev,viz}
 TORCH_CPU_VERSION=${TORCH_CPU_VERSION:-2.13.0}
 if ! "$PY" -c "import torch" >/dev/null 2>&1; then
   if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
@@ -16,3 +19,13 @@ if ! "$PY" -c "import torch" >/dev/null 2>&1; then
   fi
 fi
 "$PY" -m pip install -e ".[${EXTRAS}]"
+
+if ! command -v chromium >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1; then
+  SUDO=""
+  if [ "$(id -u)" != 0 ] && command -v sudo >/dev/null 2>&1; then SUDO="sudo"; fi
+  if ! { $SUDO apt-get update -qq && \
+         $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; }; then
+    echo "install.sh: could not install chromium with apt-get; the tests marked browser" \
+         "fail until it is on PATH" >&2
+  fi
+fi
