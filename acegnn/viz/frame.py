@@ -19,11 +19,13 @@ from acegnn.graph.schema import GraphSchema
 from acegnn.nn.rollout import Rollout
 
 
-@dataclass
+@dataclass(eq=False)
 class Frame:
     """One state with its decision. Units are numbered ``0..U-1`` in the state's flat
     unit order (node types in schema order); agents ``0..n-1`` in the state's agent
-    order; valued candidates ``0..C-1``.
+    order; valued candidates ``0..C-1``. ``agents``, ``action_target`` and
+    ``cand_target`` hold unit numbers; ``cand_agent`` agent numbers; ``chosen`` and
+    ``greedy`` candidate numbers.
 
     Shapes:
         - units: ``unit_type``, ``unit_local``, ``is_agent``, ``can_act``, ``emb_norm``
