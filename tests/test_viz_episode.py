@@ -42,3 +42,52 @@ def test_recording_needs_a_learner_with_candidate_values():
     learner = make_learner(cfg, make_task(cfg))
     with pytest.raises(ValueError, match="decides with rollout"):
         record_episodes(episode_task(cfg.env, 2, seed=0), learner)
+
+
+def read_csv(path):
+    import csv
+
+    with open(path, newline="") as f:
+        return [{k: v for k, v in r.items() if k != "env_steps_per_s"} for r in csv.DictReader(f)]
+
+
+def test_acegnn_viz_writes_an_animation_and_a_page_per_episode(tmp_path, capsys):
+    from PIL import Image
+
+    assert main(["train", CONFIG, *TINY, f"run.dir={tmp_path}", "run.name=r"]) == 0
+    capsys.readouterr()
+    out = tmp_path / "pictures"
+    assert main(["viz", str(tmp_path / "r"), "--episodes", "2", "--seed", "1",
+                 "--out", str(out), "--no-progress"]) == 0
+    res = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert res["samples"] == 1024 and len(res["steps"]) == 2
+    assert sorted(os.listdir(out)) == ["episode0.gif", "episode0.html", "episode1.gif",
+                                       "episode1.html"]
+    for k, steps in enumerate(res["steps"]):
+        with Image.open(out / f"episode{k}.gif") as gif:
+            assert gif.n_frames == steps
+        html = (out / f"episode{k}.html").read_text()
+        assert html.count("step ") >= steps  # a slider step per frame
+
+
+def test_a_drawn_episode_in_tensorboard_changes_nothing_else(tmp_path):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    assert main(["train", CONFIG, *TINY, f"run.dir={tmp_path}", "run.name=plain"]) == 0
+    assert main(["train", CONFIG, *TINY, f"run.dir={tmp_path}", "run.name=drawn",
+                 "train.log_episode=true"]) == 0
+    for name in ("train.csv", "eval.csv"):
+        assert read_csv(tmp_path / "plain" / name) == read_csv(tmp_path / "drawn" / name)
+    acc = EventAccumulator(str(tmp_path / "drawn" / "tb"), size_guidance={"images": 0})
+    acc.Reload()
+    images = acc.Images("eval/episode")
+    assert [e.step for e in images] and {e.step for e in images} == {512, 1024}
+    assert all(e.width > 100 and e.height > 100 for e in images)
+
+
+def test_a_drawn_episode_needs_an_ace_learner(tmp_path, capsys):
+    base = CONFIG.replace(".yaml", "_baselines.yaml")
+    assert main(["train", base, *TINY, f"run.dir={tmp_path}", "run.name=b",
+                 "train.log_episode=true"]) == 2
+    assert "decides with rollout" in capsys.readouterr().err
+    assert not (tmp_path / "b" / "checkpoint.pt").exists()
