@@ -3,7 +3,6 @@ import json
 import os
 
 import pytest
-import torch
 
 from acegnn.algos.trainer import greedy
 from acegnn.cli import main

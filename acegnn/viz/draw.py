@@ -209,6 +209,17 @@ def _draw_state(ax, frame: Frame, edges: bool, max_edges: Optional[int], seed: i
               frameon=False, borderaxespad=0.0)
 
 
+def _state_axes(frame: Frame, ax, max_edges: Optional[int], seed: int):
+    """Checked arguments of a state drawing, and its axes (a new figure's if none)."""
+    _check_frame(frame)
+    _check_args(max_edges=max_edges, seed=seed)
+    if ax is None:
+        fig = _figure((_STATE_SIDE + _LEGEND_W + 2 * _MARGIN, _STATE_SIDE + 2 * _MARGIN))
+        ax = _axes_in(fig, _MARGIN, _MARGIN, _STATE_SIDE, _STATE_SIDE)
+    _check_ax(ax)
+    return ax
+
+
 def draw_state(frame: Frame, ax=None, edges: bool = True, max_edges: Optional[int] = 500,
                seed: int = 0, labels: Optional[bool] = None):
     r"""Draws the interaction graph of a state.
@@ -233,12 +244,7 @@ def draw_state(frame: Frame, ax=None, edges: bool = True, max_edges: Optional[in
     Returns:
         The :class:`~matplotlib.figure.Figure` drawn into.
     """
-    _check_frame(frame)
-    _check_args(max_edges=max_edges, seed=seed)
-    if ax is None:
-        fig = _figure((_STATE_SIDE + _LEGEND_W + 2 * _MARGIN, _STATE_SIDE + 2 * _MARGIN))
-        ax = _axes_in(fig, _MARGIN, _MARGIN, _STATE_SIDE, _STATE_SIDE)
-    _check_ax(ax)
+    ax = _state_axes(frame, ax, max_edges, seed)
     _draw_state(ax, frame, edges, max_edges, seed, labels)
     return ax.figure
 
@@ -320,12 +326,7 @@ def draw_decision(frame: Frame, ax=None, edges: bool = True, max_edges: Optional
     Returns:
         The :class:`~matplotlib.figure.Figure` drawn into.
     """
-    _check_frame(frame)
-    _check_args(max_edges=max_edges, seed=seed)
-    if ax is None:
-        fig = _figure((_STATE_SIDE + _LEGEND_W + 2 * _MARGIN, _STATE_SIDE + 2 * _MARGIN))
-        ax = _axes_in(fig, _MARGIN, _MARGIN, _STATE_SIDE, _STATE_SIDE)
-    _check_ax(ax)
+    ax = _state_axes(frame, ax, max_edges, seed)
     _draw_decision(ax, frame, edges, max_edges, seed, labels, order_labels)
     return ax.figure
 
