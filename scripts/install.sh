@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Install acegnn and what its tests need, on a fresh machine or an existing one.
 #   bash scripts/install.sh [EXTRAS]      e.g.  bash scripts/install.sh dev,viz,smax
-# EXTRAS defaults to dev,viz (what the test suite needs). Where `chromium` is missing and
-# apt-get exists (Debian, Ubuntu; as root or with sudo), Debian's chromium is installed
-# too: the tests marked `browser` open the HTML episode page in headless Chromium.
+# EXTRAS defaults to dev,viz (what the test suite needs). Where apt-get exists (Debian,
+# Ubuntu; as root or with sudo), Debian's chromium and ffmpeg are installed too when
+# missing: the tests marked `browser` open the HTML episode page in headless Chromium,
+# and MP4 animations need ffmpeg.
 # torch first: a CPU build where no NVIDIA GPU is present (a plain `pip install torch`
 # would pull a multi-GB CUDA build), the default build where there is one.
 set -euo pipefail
@@ -20,12 +21,16 @@ if ! "$PY" -c "import torch" >/dev/null 2>&1; then
 fi
 "$PY" -m pip install -e ".[${EXTRAS}]"
 
-if ! command -v chromium >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1; then
+# Debian's chromium (the browser test) and ffmpeg (MP4 animations), where missing.
+missing=""
+command -v chromium >/dev/null 2>&1 || missing="$missing chromium"
+command -v ffmpeg >/dev/null 2>&1 || missing="$missing ffmpeg"
+if [ -n "$missing" ] && command -v apt-get >/dev/null 2>&1; then
   SUDO=""
   if [ "$(id -u)" != 0 ] && command -v sudo >/dev/null 2>&1; then SUDO="sudo"; fi
   if ! { $SUDO apt-get update -qq && \
-         $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; }; then
-    echo "install.sh: could not install chromium with apt-get; the tests marked browser" \
-         "fail until it is on PATH" >&2
+         $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $missing; }; then
+    echo "install.sh: could not install$missing with apt-get; the tests that need them" \
+         "fail until they are on PATH" >&2
   fi
 fi

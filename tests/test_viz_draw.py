@@ -274,6 +274,21 @@ def test_gif_has_one_frame_per_state(spiders, tmp_path):
         assert im.size == (round(w * 40), round(h * 40))
 
 
+def test_mp4_has_one_frame_per_state(spiders, tmp_path):
+    import shutil
+    import subprocess
+
+    if shutil.which("ffmpeg") is None:  # fail, not skip: scripts/install.sh installs it
+        pytest.fail("ffmpeg is not on PATH: run `bash scripts/install.sh`")
+    episode = [dataclasses.replace(f, step=t) for t, f in enumerate(spiders["frames"][:4])]
+    path = animate(episode, tmp_path / "episode.mp4", fps=4, dpi=40)
+    probe = subprocess.run(
+        ["ffprobe", "-v", "error", "-count_frames", "-select_streams", "v:0", "-show_entries",
+         "stream=nb_read_frames", "-of", "csv=p=0", path], capture_output=True, text=True,
+        check=True)
+    assert int(probe.stdout.strip()) == 4
+
+
 def test_bad_animation_paths(spiders, tmp_path, monkeypatch):
     from matplotlib import animation
 
