@@ -26,8 +26,22 @@ def seq(mods, x: Tensor) -> Tensor:
     return x
 
 
+def alive_of(d: HeteroData, t: str) -> Tensor:
+    """Alive flags of node type ``t`` (all alive when the state has none)."""
+    if "alive" in d[t]:
+        return d[t].alive.bool()
+    return torch.ones(d[t].x.size(0), dtype=torch.bool)
+
+
+def alive_units(net, d: HeteroData) -> Tensor:
+    """``[U]`` alive flags in the order of :func:`encode_units`."""
+    return torch.cat([alive_of(d, t) for t in net.schema.node_types])
+
+
 def encode_units(net, d: HeteroData) -> Tensor:
-    """Unit embeddings of one graph, units in schema type order. ``[U, H]``"""
+    """Unit embeddings of one graph, units in schema type order. ``[U, H]``
+
+    Edges from or to a unit that is not alive carry no message."""
     schema = net.schema
     if net.unit_encoder.conv_name == "ace":
         rows = []
@@ -40,7 +54,8 @@ def encode_units(net, d: HeteroData) -> Tensor:
                         continue
                     enc = net.unit_encoder.edge_encoders["__".join(et)]
                     ei, ea = d[et].edge_index, d[et].edge_attr
-                    into_j = ea[ei[1] == j]  # features of the edges ending at unit j
+                    live = alive_of(d, et[0])[ei[0]] & alive_of(d, et[2])[ei[1]]
+                    into_j = ea[(ei[1] == j) & live]  # features of the live edges ending at j
                     incoming.append(seq(enc, into_j))
                 incoming = torch.cat(incoming) if incoming else h.new_zeros(0, h.size(1))
                 rows.append(h[j] + incoming.mean(0) if incoming.size(0) > 0 else h[j])
@@ -48,7 +63,8 @@ def encode_units(net, d: HeteroData) -> Tensor:
     x = {t: d[t].x for t in schema.node_types}
     ei = {et: d[et].edge_index for et in schema.edge_types}
     ea = {et: d[et].edge_attr for et in schema.edge_types}
-    h = net.unit_encoder(x, ei, ea)
+    alive = {t: alive_of(d, t) for t in schema.node_types}
+    h = net.unit_encoder(x, ei, ea, alive)
     return torch.cat([h[t] for t in schema.node_types])
 
 
@@ -77,10 +93,16 @@ def add_action(net, d: HeteroData, units: Tensor, a: int) -> Tensor:
     return units
 
 
-def value(net, units: Tensor) -> Tensor:
+def value(net, units: Tensor, alive: Tensor = None) -> Tensor:
+    """V of one SE-state; only the ``alive`` units (default: all) are pooled."""
     head = net.value_head
     h = seq(head.unit_mlp, units)
-    pools = {"mean": h.mean(0), "sum": h.sum(0), "max": h.max(0).values}
+    if alive is not None:
+        h = h[alive]
+    if h.size(0) == 0:
+        pools = {r: h.new_zeros(h.size(1)) for r in ("mean", "sum", "max")}
+    else:
+        pools = {"mean": h.mean(0), "sum": h.sum(0), "max": h.max(0).values}
     pooled = torch.cat([pools[r] for r in head.reduces])
     return seq(head.out, pooled).squeeze(-1)
 
@@ -116,7 +138,7 @@ def reference_candidates(net, d: HeteroData, order: Sequence[int],
             units = encode_units(net, d)  # from scratch, every candidate
             for prev in done + [a]:
                 units = add_action(net, d, units, prev)
-            step[int(store.slot[a])] = value(net, units)
+            step[int(store.slot[a])] = value(net, units, alive_units(net, d))
         out.append(step)
         done.append(next(a for a in rows if int(store.slot[a]) == chosen[agent]))
     return out

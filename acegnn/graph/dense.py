@@ -13,7 +13,7 @@ from torch import Tensor
 from torch_geometric.data import Batch, HeteroData
 
 from acegnn.graph.index import (UnitIndex, check_available, check_features,
-                                compute_unit_index)
+                                compute_unit_index, unit_alive)
 from acegnn.graph.schema import ACTION, EdgeType, GraphSchema
 
 
@@ -97,11 +97,13 @@ class DenseLayout:
         return tiles
 
     def batch(self, x: Mapping[str, Tensor], edge_attr: Mapping[EdgeType, Tensor],
-              available: Tensor) -> Batch:
+              available: Tensor, alive: Optional[Mapping[str, Tensor]] = None) -> Batch:
         """A batch of ``B`` states: ``x`` ``{t: [B, n_t, F_t]}``, ``edge_attr``
-        ``{e: [B, E_e, F_e]}``, ``available`` ``[B, num_actions]``. Its index tensors are
-        shared with the other batches of its size: treat them as read-only (an in-place
-        write is noticed, and the layout then tiles that size anew)."""
+        ``{e: [B, E_e, F_e]}``, ``available`` ``[B, num_actions]`` and optionally
+        ``alive`` ``{t: [B, n_t]}`` bool (units that are not alive influence nothing; see
+        :func:`acegnn.graph.index.unit_alive`). Its index tensors are shared with the
+        other batches of its size: treat them as read-only (an in-place write is
+        noticed, and the layout then tiles that size anew)."""
         B = available.size(0)
         if available.dim() != 2 or available.size(1) != self.num_actions:
             raise ValueError(f"available must be [B, {self.num_actions}] (one flag per action "
@@ -118,6 +120,11 @@ class DenseLayout:
         out = Batch(_base_cls=HeteroData)
         for t in self.schema.node_types:
             out[t].x = x[t].reshape(B * self.num_nodes[t], x[t].size(2))
+        for t, flags in (alive or {}).items():
+            if flags.shape != (B, self.num_nodes[t]):
+                raise ValueError(f"node type '{t}' alive flags must be [{B}, {self.num_nodes[t]}] "
+                                 f"(got {tuple(flags.shape)})")
+            out[t].alive = flags.reshape(-1).bool()
         for et in self.schema.edge_types:
             ea = edge_attr[et]
             out[et].edge_attr = ea.reshape(B * ea.size(1), ea.size(2))
@@ -163,7 +170,8 @@ class DenseLayout:
         available = batch[ACTION].available.bool()
         if check:
             check_available(idx, available)
-        return idx._replace(action_available=available)
+        return idx._replace(action_available=available,
+                            unit_alive=unit_alive(self.schema, batch, idx.flat, idx.num_units))
 
     def cached(self, batch: Batch, key, build: Callable[[], Any]) -> Any:
         """``build()``, kept per batch size for batches of this layout that still hold

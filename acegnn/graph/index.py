@@ -7,7 +7,7 @@ once per batch.
 """
 from __future__ import annotations
 
-from typing import Dict, NamedTuple
+from typing import Dict, NamedTuple, Optional
 
 import torch
 from torch import Tensor
@@ -36,6 +36,7 @@ class UnitIndex(NamedTuple):
     action_slot: Tensor  # [A] position in the agent's action list (env action id)
     action_available: Tensor  # [A] bool
     action_batch: Tensor  # [A]
+    unit_alive: Optional[Tensor] = None  # [num_units] bool; None: every unit counts
 
     @property
     def num_agents(self) -> int:
@@ -164,10 +165,32 @@ def compute_unit_index(schema: GraphSchema, batch: Batch, check: bool = True) ->
         unit_count=unit_count, unit_ptr=unit_ptr, flat=flat, agents=agents,
         agent_batch=agent_batch, agent_ptr=agent_ptr, action_kind=kind,
         action_agent=action_agent, action_actor=action_actor, action_target=action_target,
-        action_slot=store.slot, action_available=available, action_batch=a_batch)
+        action_slot=store.slot, action_available=available, action_batch=a_batch,
+        unit_alive=unit_alive(schema, batch, flat, num_units))
     if check:
         check_available(idx, available)
     return idx
+
+
+def unit_alive(schema: GraphSchema, batch: Batch, flat: Dict[str, Tensor],
+               num_units: int) -> Optional[Tensor]:
+    """``[num_units]`` bool from the node stores' optional ``alive`` flags (a node type
+    without them counts as alive); ``None`` when no node type has them.
+
+    A unit that is not alive (a dead unit of a battle) influences nothing: the unit
+    encoder drops its edges and the value head leaves it out of the pooling.
+    """
+    typed = [t for t in schema.node_types if "alive" in batch[t]]
+    if not typed:
+        return None
+    out = torch.ones(num_units, dtype=torch.bool, device=flat[typed[0]].device)
+    for t in typed:
+        alive = batch[t].alive
+        if alive.shape != flat[t].shape:
+            raise ValueError(f"node type '{t}' has alive flags of shape {tuple(alive.shape)}; "
+                             f"it has {flat[t].numel()} units")
+        out[flat[t]] = alive.bool()
+    return out
 
 
 def check_available(idx: UnitIndex, available: Tensor) -> None:

@@ -102,7 +102,8 @@ class ACENetwork(nn.Module):
         x_dict = {t: batch[t].x for t in self.schema.node_types}
         ei = {et: batch[et].edge_index for et in self.schema.edge_types}
         ea = {et: batch[et].edge_attr for et in self.schema.edge_types}
-        h = self.unit_encoder(x_dict, ei, ea)
+        alive = {t: batch[t].alive for t in self.schema.node_types if "alive" in batch[t]}
+        h = self.unit_encoder(x_dict, ei, ea, alive)
         first = h[self.schema.node_type_names[0]]
         units = first.new_empty(index.num_units, self.hidden)
         for t in self.schema.node_types:

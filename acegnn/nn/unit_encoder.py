@@ -169,11 +169,24 @@ class UnitEncoder(nn.Module):
         self.conv.reset_parameters()
 
     def forward(self, x_dict: Dict[str, Tensor], edge_index_dict: Dict[EdgeType, Tensor],
-                edge_attr_dict: Dict[EdgeType, Tensor]) -> Dict[str, Tensor]:
+                edge_attr_dict: Dict[EdgeType, Tensor],
+                alive_dict: Optional[Dict[str, Tensor]] = None) -> Dict[str, Tensor]:
+        """Unit embeddings; ``alive_dict`` ``{t: [N_t]}`` bool (optional, per node type)
+        removes every edge from or to a unit that is not alive before the
+        message-passing step, so a dead unit sends and receives no message."""
         h_dict = {t: self.node_encoders[t](x_dict[t]) for t in self.schema.node_types}
-        edge_emb = {et: self.edge_encoders[edge_key(et)](edge_attr_dict[et])
-                    for et in self.schema.edge_types}
         ei = {et: edge_index_dict[et] for et in self.schema.edge_types}
+        ea = {et: edge_attr_dict[et] for et in self.schema.edge_types}
+        if alive_dict:
+            for et, e in ei.items():
+                keep = None
+                for end, t in ((0, et[0]), (1, et[2])):
+                    if t in alive_dict:
+                        k = alive_dict[t][e[end]]
+                        keep = k if keep is None else keep & k
+                if keep is not None:
+                    ei[et], ea[et] = e[:, keep], ea[et][keep]  # [2, E_alive]
+        edge_emb = {et: self.edge_encoders[edge_key(et)](ea[et]) for et in self.schema.edge_types}
         return self.conv(h_dict, ei, edge_emb)
 
     def __repr__(self) -> str:
