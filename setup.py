@@ -17,6 +17,11 @@ extras_require = {
     "dev": ["pytest>=7", "matplotlib>=3.6"],
     # Figures, animations and the interactive HTML episode page (acegnn.viz).
     "viz": ["matplotlib>=3.6", "plotly>=5", "pillow"],
+    # SMAX battles (JaxMARL's SMAC scenarios in JAX; runs on a CPU).
+    "smax": ["jaxmarl==0.2.0"],
+    # StarCraft II battles: the protocol messages. The game adapter also needs oxwhirl/smac,
+    # installed from its repository (README); never the PyPI package `smac` (SMAC3).
+    "sc2": ["s2clientprotocol>=5"],
 }
 
 setup(

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Install acegnn and what its tests need, on a fresh machine or an existing one.
-#   bash scripts/install.sh [EXTRAS]      e.g.  bash scripts/install.sh dev,viz,smax
-# EXTRAS defaults to dev,viz (what the test suite needs). Where apt-get exists (Debian,
+#   bash scripts/install.sh [EXTRAS]      e.g.  bash scripts/install.sh smax
+# EXTRAS defaults to dev,viz,smax,sc2 (what the test suite needs). Where apt-get exists (Debian,
 # Ubuntu; as root or with sudo), Debian's chromium and ffmpeg are installed too when
 # missing: the tests marked `browser` open the HTML episode page in headless Chromium,
 # and MP4 animations need ffmpeg.
@@ -10,7 +10,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
-EXTRAS=${1:-dev,viz}
+EXTRAS=${1:-dev,viz,smax,sc2}
 TORCH_CPU_VERSION=${TORCH_CPU_VERSION:-2.13.0}
 if ! "$PY" -c "import torch" >/dev/null 2>&1; then
   if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then

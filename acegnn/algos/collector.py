@@ -41,7 +41,7 @@ def _rows(step: Step, keep: Tensor) -> Step:
     pick = lambda d: {k: v[keep] for k, v in d.items()}  # noqa: E731
     return Step(pick(step.obs), step.actions[keep],
                 Transition(tr.reward[keep], tr.terminated[keep], tr.truncated[keep],
-                           pick(tr.next_obs), None), pick(step.extras))
+                           pick(tr.next_obs), None, pick(tr.info or {})), pick(step.extras))
 
 
 class Collector:
@@ -62,11 +62,13 @@ class Collector:
         """Take ``steps`` steps of every environment.
 
         Returns:
-            ``episode_return`` and ``episode_length`` (means over the episodes that
-            ended, if any) and ``dropped_episodes`` (if any).
+            ``episode_return``, ``episode_length`` and ``episode_<info>`` for each
+            name of the task's :attr:`~acegnn.envs.base.Transition.info` (means over
+            the episodes that ended, if any) and ``dropped_episodes`` (if any).
         """
         task = self.task
         returns, lengths, dropped = [], [], 0
+        outcomes: Dict[str, list] = {}
         for _ in range(steps):
             obs = task.observe()
             out = act(task.graphs(obs))
@@ -88,12 +90,15 @@ class Collector:
             if bool(done.any()):
                 returns += self.ep_return[done].tolist()
                 lengths += self.ep_length[done].tolist()
+                for k, v in (tr.info or {}).items():
+                    outcomes.setdefault(k, []).extend(v[done].float().tolist())
                 self.ep_return[done] = 0
                 self.ep_length[done] = 0
         out: Dict[str, float] = {}
         if returns:
             out["episode_return"] = sum(returns) / len(returns)
             out["episode_length"] = sum(lengths) / len(lengths)
+            out.update({f"episode_{k}": sum(v) / len(v) for k, v in outcomes.items()})
         if dropped:
             out["dropped_episodes"] = float(dropped)
         return out

@@ -32,6 +32,9 @@ def register_env(name: str, config: Union[str, type], extra: Optional[str] = Non
 
 
 register_env("spiders_fly", "acegnn.envs.spiders_fly:SpidersFlyConfig")
+register_env("smax", "acegnn.envs.smac.smax:SMAXConfig", extra="smax", requires=("jax", "jaxmarl"))
+register_env("sc2", "acegnn.envs.smac.sc2:SC2Config", extra="sc2",
+             requires=("s2clientprotocol", "smac.env"))
 
 __all__ = ["ENVS", "Episodes", "EvalResult", "ExactEvaluation", "MissingBackend", "ObsSpec",
            "Policy", "Scene", "Transition", "VecTask", "first_episodes", "register_env"]

@@ -56,6 +56,10 @@ class Transition(NamedTuple):
     truncated: Tensor  # [num_envs] bool: time limit, bootstrap from next_obs
     next_obs: Dict[str, Tensor]  # true next observations (before any auto-reset)
     dropped: Optional[Tensor] = None  # [num_envs] bool: engine restarted, not a real step
+    info: Optional[Dict[str, Tensor]] = None
+    """``{name: [num_envs]}`` outcomes a task reports of the step (a battle's ``won``);
+    read where an episode ends: evaluation and the training log average them over
+    episodes."""
 
 
 @dataclasses.dataclass
@@ -170,6 +174,7 @@ class Episodes(NamedTuple):
     returns: Tensor  # [num_envs] undiscounted return
     length: Tensor  # [num_envs] steps; max_steps for an episode still running then
     terminated: Tensor  # [num_envs] bool: ended by the task, not by a time limit
+    info: Dict[str, Tensor]  # {name: [num_envs]} the task's step info at each episode's end
 
 
 def first_episodes(task: VecTask, act: Policy, max_steps: int) -> Episodes:
@@ -189,16 +194,21 @@ def first_episodes(task: VecTask, act: Policy, max_steps: int) -> Episodes:
     length = torch.full((n,), max_steps, dtype=torch.long)
     terminated = torch.zeros(n, dtype=torch.bool)
     running = torch.ones(n, dtype=torch.bool)
+    info: Dict[str, Tensor] = {}
     for t in range(1, max_steps + 1):
         tr = task.step(act(task.graphs(task.observe())).view(n, task.n_agents).cpu())
         returns += tr.reward * running
         ended = running & (tr.terminated | tr.truncated)
+        if t == max_steps:
+            ended = running.clone()
         length[ended] = t
         terminated |= running & tr.terminated
+        for k, v in (tr.info or {}).items():
+            info.setdefault(k, torch.zeros_like(v))[ended] = v[ended]
         running &= ~ended
         if not bool(running.any()):
             break
-    return Episodes(start, returns, length, terminated)
+    return Episodes(start, returns, length, terminated, info)
 
 
 class ExactEvaluation(abc.ABC):

@@ -1,0 +1,233 @@
+"""StarCraft battles as graphs, shared by the SMAX and StarCraft II back-ends.
+
+One schema for every map and both back-ends (paper Appendix, "Input Feature of ACE on
+SMAC" and the action-embedding table), so that one network plays any scenario as it is:
+
+* **nodes** ``ally`` (the agents) and ``enemy``; features: the unit type one-hot over a
+  global vocabulary (:data:`UNIT_TYPES`), the position scaled by the map size, health,
+  shield (0 for races without one) and weapon cooldown, each as a fraction of its
+  maximum. The paper's "unit id" is left out: a one-hot of the unit's index would tie
+  the schema to the map's unit count; the node type and the type one-hot tell units
+  apart as far as the value needs.
+* **edges** between every ordered pair of distinct units (four relations
+  ``ally/enemy -> ally/enemy``); features: the distance on the two axes and the
+  Euclidean distance, in units of :data:`DISTANCE_SCALE` (SMAC's sight range), and
+  whether the destination is within the source's attack range and sight range.
+* **actions**: ``noop`` (SMAC's action of dead units), ``stop``, four moves (active
+  embedding only), ``attack`` enemy ``j`` (passive message to enemy ``j``) and ``heal``
+  ally ``j`` for healers (passive message to ally ``j``). Each back-end keeps its own
+  action ids as slots (:class:`ActionLayout`).
+
+**Dead units** stay nodes with ``alive`` flags: they send and receive no message and are
+not pooled (:func:`acegnn.graph.index.unit_alive`); their features read zero (what the
+value-decomposition baselines see). A dead agent keeps one available action, the
+back-end's no-op slot.
+
+An observation, what replay stores, is two arrays per environment:
+``units`` ``[n_allies + n_enemies, 7]`` float (:data:`UNIT_COLUMNS`, positions in map
+units) and ``avail`` ``[n_allies, num_slots]`` bool.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Dict, Optional, Tuple
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+from torch_geometric.data import Batch
+
+from acegnn.envs.base import Scene
+from acegnn.graph import ActionKind, DenseLayout, GraphSchema, dense_actions, full_edges, unit_index
+
+#: Unit types of every SMAC and SMAX map (SMAX has marine .. hydralisk).
+UNIT_TYPES = ("marine", "marauder", "medivac", "stalker", "zealot", "colossus", "zergling",
+              "hydralisk", "baneling")
+#: Columns of an observation's ``units`` array.
+UNIT_COLUMNS = ("type", "x", "y", "health", "shield", "cooldown", "alive")
+#: Action kinds, in schema order.
+KINDS = ("noop", "stop", "move_north", "move_south", "move_east", "move_west", "attack", "heal")
+#: Distances are measured in SMAC's sight range.
+DISTANCE_SCALE = 9.0
+NODE_FEATURES = len(UNIT_TYPES) + 5  # type one-hot, x, y, health, shield, cooldown
+EDGE_FEATURES = 5  # dx, dy, distance, within attack range, within sight range
+SIDES = ("ally", "enemy")
+RELATIONS = tuple((s, "near", d) for s in SIDES for d in SIDES)
+
+
+@lru_cache(maxsize=None)
+def battle_schema() -> GraphSchema:
+    """The one schema of every battle."""
+    return GraphSchema(
+        node_types={"ally": NODE_FEATURES, "enemy": NODE_FEATURES},
+        edge_types={et: EDGE_FEATURES for et in RELATIONS},
+        agent_types=("ally",),
+        action_kinds=tuple(ActionKind(k, targeted=k in ("attack", "heal")) for k in KINDS),
+    )
+
+
+@dataclass(frozen=True)
+class ActionLayout:
+    """A back-end's action ids: the kind of each slot before the targeted ones, then one
+    slot per target. ``moves`` and ``noop`` are slot numbers.
+
+    Args:
+        fixed (tuple of str): Kinds of the untargeted slots ``0..len(fixed)-1``.
+        noop (int): The slot of an agent that can no longer act.
+    """
+
+    fixed: Tuple[str, ...]
+    noop: int
+
+    @property
+    def first_target(self) -> int:
+        return len(self.fixed)
+
+
+#: SMAX (jaxmarl 0.2.0): moves north, east, south, west, then stop, then attack enemy j.
+#: Dead units have stop as their only action.
+SMAX_ACTIONS = ActionLayout(("move_north", "move_east", "move_south", "move_west", "stop"), noop=4)
+#: SMAC: 0 no-op (dead units only), 1 stop, 2-5 moves north, south, east, west, then
+#: attack enemy j, or heal ally j for healers (medivacs).
+SMAC_ACTIONS = ActionLayout(("noop", "stop", "move_north", "move_south", "move_east", "move_west"),
+                            noop=0)
+
+
+@dataclass(frozen=True)
+class UnitStats:
+    """Ranges per unit type (indexed like :data:`UNIT_TYPES`), in map units."""
+
+    attack_range: Tuple[float, ...]
+    sight_range: Tuple[float, ...]
+
+
+@dataclass(frozen=True)
+class BattleSpec:
+    """What the graph of a map needs besides its observations.
+
+    Args:
+        n_allies (int): Agents.
+        n_enemies (int): Enemy units.
+        map_size (tuple): ``(width, height)`` in map units.
+        actions (ActionLayout): The back-end's action ids.
+        stats (UnitStats): Attack and sight ranges per unit type.
+        healers (tuple of bool, optional): Per ally, whether its targeted slots heal
+            allies instead of attacking enemies (SMAC's medivacs). (default: none)
+        num_slots (int, optional): Slots per agent; ``first_target + n_enemies`` if
+            :obj:`None`.
+    """
+
+    n_allies: int
+    n_enemies: int
+    map_size: Tuple[float, float]
+    actions: ActionLayout
+    stats: UnitStats
+    healers: Tuple[bool, ...] = ()
+    num_slots: Optional[int] = None
+
+    @property
+    def slots(self) -> int:
+        return self.num_slots if self.num_slots is not None else \
+            self.actions.first_target + self.n_enemies
+
+    @property
+    def n_units(self) -> int:
+        return self.n_allies + self.n_enemies
+
+
+@lru_cache(maxsize=32)
+def battle_layout(spec: BattleSpec) -> DenseLayout:
+    """Units, all-pairs edges and the action table of every state of a map."""
+    schema = battle_schema()
+    counts = {"ally": spec.n_allies, "enemy": spec.n_enemies}
+    edges = {et: full_edges(counts[et[0]], counts[et[2]], same=et[0] == et[2]) for et in RELATIONS}
+    first, S = spec.actions.first_target, spec.slots
+    n = spec.n_allies
+    kind = torch.empty(n, S, dtype=torch.long)
+    target = torch.full((n, S), -1, dtype=torch.long)
+    ttype = torch.full((n, S), -1, dtype=torch.long)
+    kind[:, :first] = torch.tensor([schema.kind_index(k) for k in spec.actions.fixed])
+    healers = spec.healers or (False,) * n
+    if len(healers) != n:
+        raise ValueError(f"healers needs one flag per ally ({n}) (got {len(healers)})")
+    for i, heals in enumerate(healers):
+        k, side, count = ("heal", "ally", n) if heals else ("attack", "enemy", spec.n_enemies)
+        m = min(count, S - first)
+        kind[i, first:] = schema.kind_index(k)  # slots past the targets stay unavailable
+        target[i, first:first + m] = torch.arange(m)
+        ttype[i, first:] = schema.node_type_index(side)
+        if m < S - first:  # no unit behind these slots: a move-like kind, never available
+            kind[i, first + m:] = schema.kind_index("stop")
+            ttype[i, first + m:] = -1
+    actions = dense_actions(schema, "ally", kind, torch.ones(n, S, dtype=torch.bool), target)
+    actions["target_type"] = torch.where(target.reshape(-1) >= 0, ttype.reshape(-1), -1)
+    return DenseLayout(schema, counts, edges, actions)
+
+
+def battle_graphs(units: Tensor, avail: Tensor, spec: BattleSpec) -> Batch:
+    """Graph batch of observations: ``units`` ``[B, U, 7]`` (:data:`UNIT_COLUMNS`) and
+    ``avail`` ``[B, n_allies, num_slots]``."""
+    B, U, _ = units.shape
+    if U != spec.n_units or units.size(2) != len(UNIT_COLUMNS):
+        raise ValueError(f"units must be [B, {spec.n_units}, {len(UNIT_COLUMNS)}] for "
+                         f"{spec.n_allies} allies and {spec.n_enemies} enemies "
+                         f"(got {tuple(units.shape)})")
+    if avail.shape[1:] != (spec.n_allies, spec.slots):
+        raise ValueError(f"avail must be [B, {spec.n_allies}, {spec.slots}] "
+                         f"(got {tuple(avail.shape)})")
+    units = units.float()
+    types = units[..., 0].long()
+    if bool(((types < 0) | (types >= len(UNIT_TYPES))).any()):
+        raise ValueError(f"unit type ids must be in 0..{len(UNIT_TYPES) - 1} (got "
+                         f"{types.unique().tolist()})")
+    alive = units[..., 6] > 0
+    size = units.new_tensor(spec.map_size)
+    pos = units[..., 1:3]
+    feats = torch.cat([F.one_hot(types, len(UNIT_TYPES)).to(units.dtype), pos / size,
+                       units[..., 3:6]], dim=-1) * alive.unsqueeze(-1)  # [B, U, F]
+    attack = units.new_tensor(spec.stats.attack_range)[types]  # [B, U]
+    sight = units.new_tensor(spec.stats.sight_range)[types]
+    sl = {"ally": slice(0, spec.n_allies), "enemy": slice(spec.n_allies, U)}
+    layout = battle_layout(spec)
+    edge_attr = {}
+    for et in RELATIONS:
+        src, dst = layout.edge_index[et]
+        s, d = sl[et[0]], sl[et[2]]
+        delta = pos[:, d][:, dst] - pos[:, s][:, src]  # [B, E, 2]
+        dist = delta.norm(dim=-1, keepdim=True)
+        both = (alive[:, s][:, src] & alive[:, d][:, dst]).unsqueeze(-1)
+        attr = torch.cat([delta / DISTANCE_SCALE, dist / DISTANCE_SCALE,
+                          (dist < attack[:, s][:, src].unsqueeze(-1)).to(units.dtype),
+                          (dist < sight[:, s][:, src].unsqueeze(-1)).to(units.dtype)], dim=-1)
+        edge_attr[et] = attr * both
+    x = {t: feats[:, sl[t]] for t in SIDES}
+    flags = {t: alive[:, sl[t]] for t in SIDES}
+    return layout.batch(x, edge_attr, avail.reshape(B, -1).bool(), flags)
+
+
+def battle_scene(spec: BattleSpec) -> Scene:
+    """The map's rectangle; the four moves drawn as arrows of one map unit."""
+    w, h = spec.map_size
+    lines = (((0.0, 0.0), (w, 0.0)), ((w, 0.0), (w, h)), ((w, h), (0.0, h)), ((0.0, h), (0.0, 0.0)))
+    moves = (("move_north", (0.0, 1.0)), ("move_south", (0.0, -1.0)),
+             ("move_east", (1.0, 0.0)), ("move_west", (-1.0, 0.0)))
+    return Scene(xlim=(0.0, float(w)), ylim=(0.0, float(h)), lines=lines, moves=moves)
+
+
+def battle_positions(graphs: Batch, spec: BattleSpec) -> Tensor:
+    """``[num_units, 2]`` map positions read back from the node features (a dead unit
+    reads ``(0, 0)``)."""
+    schema = battle_schema()
+    idx = unit_index(schema, graphs, check=False)
+    pos = torch.empty(idx.num_units, 2)
+    k = len(UNIT_TYPES)
+    for t in SIDES:
+        pos[idx.flat[t].cpu()] = graphs[t].x[:, k:k + 2].cpu() * torch.tensor(spec.map_size)
+    return pos
+
+
+def win_info(units: Tensor, n_allies: int) -> Dict[str, Tensor]:
+    """``won`` (every enemy dead and an ally alive) of observations ``[B, U, 7]``."""
+    alive = units[..., 6] > 0
+    return {"won": ~alive[:, n_allies:].any(1) & alive[:, :n_allies].any(1)}
