@@ -57,7 +57,8 @@ class Registry(Generic[T]):
             target (str or object): The component, or ``"module:attribute"`` to import
                 when it is first used.
             extra (str, optional): The pip extra that installs the back-end.
-            requires (tuple of str, optional): Top-level modules the back-end needs.
+            requires (tuple of str, optional): Modules the back-end needs (dotted names
+                allowed).
             value (optional): Anything else to keep with the entry.
             replace (bool, optional): Allow replacing an entry of the same name.
                 (default: :obj:`False`)
@@ -80,7 +81,7 @@ class Registry(Generic[T]):
     def available(self, name: str) -> None:
         """Raise :class:`MissingBackend` if the back-end of ``name`` is not installed."""
         e = self.entry(name)
-        missing = [m for m in e.requires if importlib.util.find_spec(m) is None]
+        missing = [m for m in e.requires if not _installed(m)]
         if missing:
             how = (f"pip install -e '.[{e.extra}]'" if e.extra else
                    f"install {', '.join(missing)}")
@@ -100,3 +101,11 @@ class Registry(Generic[T]):
 
     def __len__(self) -> int:
         return len(self._entries)
+
+
+def _installed(module: str) -> bool:
+    """Whether ``module`` (dotted names too) can be imported, without importing it."""
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ModuleNotFoundError:  # a dotted name whose parent package is missing
+        return False
