@@ -15,7 +15,8 @@ ENVS: Registry = Registry("env")
 
 
 def register_env(name: str, config: Union[str, type], extra: Optional[str] = None,
-                 requires: Tuple[str, ...] = (), replace: bool = False) -> None:
+                 requires: Tuple[str, ...] = (), replace: bool = False,
+                 install: Optional[str] = None) -> None:
     """Make a task available to configs as ``env.name: <name>``.
 
     Args:
@@ -27,14 +28,18 @@ def register_env(name: str, config: Union[str, type], extra: Optional[str] = Non
         requires (tuple of str, optional): Modules the back-end needs; a config naming
             the task without them fails with the install command.
         replace (bool, optional): Replace an entry of the same name.
+        install (str, optional): Install instructions for the error, where the extra
+            alone does not install the back-end.
     """
-    ENVS.register(name, config, extra=extra, requires=requires, replace=replace)
+    ENVS.register(name, config, extra=extra, requires=requires, replace=replace, install=install)
 
 
 register_env("spiders_fly", "acegnn.envs.spiders_fly:SpidersFlyConfig")
 register_env("smax", "acegnn.envs.smac.smax:SMAXConfig", extra="smax", requires=("jax", "jaxmarl"))
 register_env("sc2", "acegnn.envs.smac.sc2:SC2Config", extra="sc2",
-             requires=("s2clientprotocol", "smac.env"))
+             requires=("s2clientprotocol", "smac.env"),
+             install="pip install -e '.[sc2]' 'git+https://github.com/oxwhirl/smac.git' "
+                     "and StarCraft II 4.10 with the SMAC maps (docs/sc2.md)")
 
 __all__ = ["ENVS", "Episodes", "EvalResult", "ExactEvaluation", "MissingBackend", "ObsSpec",
            "Policy", "Scene", "Transition", "VecTask", "first_episodes", "register_env"]

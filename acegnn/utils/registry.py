@@ -26,6 +26,7 @@ class Entry:
     extra: Optional[str] = None
     requires: Tuple[str, ...] = ()
     value: Any = None  # extra payload (for example a learner's config classes)
+    install: Optional[str] = None  # how to install the back-end, when an extra is not enough
 
 
 def _resolve(target: Union[str, Any]) -> Any:
@@ -49,7 +50,7 @@ class Registry(Generic[T]):
 
     def register(self, name: str, target: Union[str, Any], extra: Optional[str] = None,
                  requires: Tuple[str, ...] = (), value: Any = None,
-                 replace: bool = False) -> None:
+                 replace: bool = False, install: Optional[str] = None) -> None:
         """Register ``target`` under ``name``.
 
         Args:
@@ -62,13 +63,15 @@ class Registry(Generic[T]):
             value (optional): Anything else to keep with the entry.
             replace (bool, optional): Allow replacing an entry of the same name.
                 (default: :obj:`False`)
+            install (str, optional): The install instructions the error names instead of
+                the extra's pip command.
         """
         if not isinstance(name, str) or not name:
             raise ValueError(f"a {self.kind} name must be a non-empty string (got {name!r})")
         if name in self._entries and not replace and self._entries[name].target is not target:
             raise ValueError(f"{self.kind}.name '{name}' is already registered; pass "
                              f"replace=True to replace it")
-        self._entries[name] = Entry(target, extra, tuple(requires), value)
+        self._entries[name] = Entry(target, extra, tuple(requires), value, install)
 
     def unregister(self, name: str) -> None:
         self._entries.pop(name, None)
@@ -83,8 +86,8 @@ class Registry(Generic[T]):
         e = self.entry(name)
         missing = [m for m in e.requires if not _installed(m)]
         if missing:
-            how = (f"pip install -e '.[{e.extra}]'" if e.extra else
-                   f"install {', '.join(missing)}")
+            how = e.install or (f"pip install -e '.[{e.extra}]'" if e.extra else
+                                f"install {', '.join(missing)}")
             raise MissingBackend(f"{self.kind}.name={name} needs {', '.join(missing)}, which "
                                  f"is not installed: {how}")
 
