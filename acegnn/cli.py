@@ -72,7 +72,7 @@ def cmd_train(args: argparse.Namespace) -> int:
 def cmd_eval(args: argparse.Namespace) -> int:
     from acegnn.config import evaluate_checkpoint
 
-    out = evaluate_checkpoint(args.run, args.episodes, args.seed)
+    out = evaluate_checkpoint(args.run, args.episodes, args.seed, args.overrides)
     metrics = out["evaluation"].metrics()
     if out["exact"] is not None:
         metrics.update(out["exact"].metrics())
@@ -124,6 +124,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     t.set_defaults(fn=cmd_train)
     e = sub.add_parser("eval", help="greedy test episodes of a run's checkpoint")
     e.add_argument("run", help="run directory or checkpoint file")
+    e.add_argument("overrides", nargs="*",
+                   help="env.key=value: evaluate on another task of the same schema, e.g. "
+                        "env.scenario=10m_vs_11m (zero-shot transfer)")
     e.add_argument("--episodes", type=int, default=32)
     e.add_argument("--seed", type=int, default=2024)
     e.set_defaults(fn=cmd_eval)

@@ -162,32 +162,57 @@ def make_learner(cfg: ExperimentConfig, task):
                                        example=example)
 
 
-def restore(path: str):
+def restore(path: str, env_overrides: Sequence[str] = ()):
     """A run's checkpoint and its experiment: ``(cfg, state, task, learner)`` with the
     learner's weights loaded (``path``: a run directory or a checkpoint file). The caller
-    closes the task."""
+    closes the task.
+
+    ``env_overrides`` (``env.key=value``) change the task the weights are put to work
+    on, e.g. ``env.scenario=10m_vs_11m`` for a zero-shot transfer: a graph network
+    plays any task of its schema as it is.
+    """
     from acegnn.algos.checkpoint import checkpoint_path, load_checkpoint
 
+    bad = [o for o in env_overrides if not o.startswith("env.") or o.startswith("env.name=")]
+    if bad:
+        raise ValueError(f"only env.* settings (not env.name) can change for an evaluation "
+                         f"(got {bad})")
     path = checkpoint_path(path)
     state = load_checkpoint(path)
-    cfg = from_dict(state["config"])
+    saved = OmegaConf.create(state["config"])
+    if env_overrides:
+        try:
+            saved = OmegaConf.merge(saved, OmegaConf.from_dotlist(list(env_overrides)))
+        except OmegaConfBaseException as e:
+            raise ValueError(f"cannot read the overrides: {e}") from None
+    cfg = _structured(saved, saved=True)
     task = make_task(cfg)
     try:
         learner = make_learner(cfg, task)
-        learner.load_state_dict(state["learner"])
+        try:
+            learner.load_state_dict(state["learner"])
+        except RuntimeError as e:  # tensor sizes: a baseline's networks are sized per task
+            if not env_overrides:
+                raise
+            first = str(e).strip().splitlines()[-1].strip()
+            raise ValueError(f"the {cfg.algo.name} networks of {path} do not fit the task with "
+                             f"{list(env_overrides)}: {first}") from None
     except BaseException:
         task.close()
         raise
     return cfg, {**state, "path": path}, task, learner
 
 
-def evaluate_checkpoint(path: str, episodes: int = 32, seed: int = 2024) -> Dict[str, Any]:
+def evaluate_checkpoint(path: str, episodes: int = 32, seed: int = 2024,
+                        env_overrides: Sequence[str] = ()) -> Dict[str, Any]:
     """Evaluate the greedy policy of a checkpoint as ``acegnn eval`` does.
 
     Args:
         path (str): A run directory or a checkpoint file.
         episodes (int, optional): Test episodes. (default: :obj:`32`)
         seed (int, optional): Seed of the test episodes. (default: :obj:`2024`)
+        env_overrides (sequence of str, optional): ``env.key=value`` settings of the
+            task to evaluate on (see :func:`restore`).
 
     Returns:
         ``checkpoint`` (the file), ``samples`` (its training samples), ``evaluation``
@@ -197,7 +222,7 @@ def evaluate_checkpoint(path: str, episodes: int = 32, seed: int = 2024) -> Dict
     from acegnn.algos.trainer import greedy
     from acegnn.envs import ExactEvaluation
 
-    cfg, state, task, learner = restore(path)
+    cfg, state, task, learner = restore(path, env_overrides)
     try:
         result = task.evaluate(greedy(learner, seed), episodes, seed)
         exact = None

@@ -127,7 +127,7 @@ def test_bad_algo_config():
     with pytest.raises(ValueError, match="algo.gamma"):
         ACEDQNConfig(gamma=1.5)
     with pytest.raises(ValueError, match="algo.order"):
-        ACEDQNConfig(order="sorted")
+        ACEDQNConfig(order="alphabetical")
     with pytest.raises(ValueError, match="algo.lr_schedule"):
         ACEDQNConfig(lr_schedule="step")
     with pytest.raises(ValueError, match="lr_decay_updates > 0"):

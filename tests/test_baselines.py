@@ -288,3 +288,29 @@ def test_qtran_joint_network_depth():
     for key in ("qtran_layers", "qtran_hidden", "mixer_embed", "hyper_hidden"):
         with pytest.raises(ValueError, match=f"algo.{key}"):
             ValueDecompositionConfig(name="qtran", **{key: 0})
+
+
+def test_shared_inputs_see_every_unit():
+    """QMIX-SHARED: the agents' inputs add every unit's node features (the global state);
+    without it an enemy's own features (beyond the relative position in the edges) are
+    invisible to the agents."""
+    from acegnn.algos.value_decomposition import AgentModelConfig
+
+    schema = smac_like_schema()
+    s = collate([random_state(schema, 2, 3, torch.Generator().manual_seed(3)) for _ in range(2)])
+    q = {}
+    for shared in (False, True):
+        torch.manual_seed(0)
+        lrn = ValueDecomposition(schema, ValueDecompositionConfig(name="qmix"),
+                                 AgentModelConfig(hidden=16, shared=shared), example=s)
+        fi = lrn.inputs(s)
+        plain = flat_inputs(schema, s)
+        width = plain.agent_obs.size(2) + (plain.state.size(1) if shared else 0)
+        assert fi.agent_obs.shape == (2, 2, width)
+        if shared:
+            assert torch.equal(fi.agent_obs[:, :, plain.agent_obs.size(2):],
+                               plain.state.unsqueeze(1).expand(-1, 2, -1))
+        s2 = s.clone()
+        s2["enemy"].x[:, 2:] += 1.0  # enemy features that no edge carries
+        q[shared] = (lrn.net["agent"](fi.agent_obs), lrn.net["agent"](lrn.inputs(s2).agent_obs))
+    assert torch.equal(*q[False]) and not torch.allclose(*q[True])

@@ -30,7 +30,7 @@ from acegnn.nn.ace import ACENetwork, ModelConfig
 from acegnn.nn.rollout import Rollout
 from acegnn.nn.selectors import EpsilonGreedy, Forced
 
-ORDERS = ("default", "random")
+ORDERS = ("default", "random", "sorted")
 
 
 @dataclass
@@ -41,8 +41,9 @@ class ACEDQNConfig(QLearningConfig):
     intermediate_discount: bool = True
     """Discount between SE-states of one step as in Eq. 1 (False: no discount there)."""
     order: str = "default"
-    """Agent order: ``default`` (fixed) or ``random`` (shuffled per sample, for both
-    collection and training)."""
+    """Agent order: ``default`` (the graph's), ``random`` (shuffled per sample, for both
+    collection and training) or ``sorted`` (by a key the task gives each agent; battles:
+    unit type, then position)."""
 
     def __post_init__(self) -> None:
         super().__post_init__()

@@ -58,8 +58,9 @@ class Collector:
         self.ep_return = torch.zeros(task.num_envs)
         self.ep_length = torch.zeros(task.num_envs, dtype=torch.long)
 
-    def run(self, act: ActFn, steps: int) -> Dict[str, float]:
-        """Take ``steps`` steps of every environment.
+    def run(self, act: ActFn, steps: int = 0, episodes: int = 0) -> Dict[str, float]:
+        """Take ``steps`` steps of every environment, or (``episodes`` > 0) step them
+        until that many episodes have ended (episodes still running go on next time).
 
         Returns:
             ``episode_return``, ``episode_length`` and ``episode_<info>`` for each
@@ -67,9 +68,13 @@ class Collector:
             the episodes that ended, if any) and ``dropped_episodes`` (if any).
         """
         task = self.task
+        if (steps > 0) == (episodes > 0):
+            raise ValueError(f"give steps or episodes, one of them positive (got {steps}, {episodes})")
         returns, lengths, dropped = [], [], 0
         outcomes: Dict[str, list] = {}
-        for _ in range(steps):
+        taken = 0
+        while (taken < steps) if steps > 0 else (len(returns) < episodes):
+            taken += 1
             obs = task.observe()
             out = act(task.graphs(obs))
             actions, extras = out if isinstance(out, tuple) else (out, {})

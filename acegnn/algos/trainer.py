@@ -32,6 +32,9 @@ class TrainConfig:
     """Environment steps to collect at most."""
     samples_per_collect: int = 1024
     """Environment steps between two rounds of updates."""
+    episodes_per_collect: int = 0
+    """When positive, a round collects until this many episodes have ended instead of
+    ``samples_per_collect`` steps (the paper's episode_per_collect on SMAC and GRF)."""
     updates_per_collect: int = 10
     """Gradient steps per round."""
     batch_size: int = 256
@@ -74,7 +77,8 @@ class TrainConfig:
                     "eval_episodes"):
             if getattr(self, key) <= 0:
                 raise ValueError(f"train.{key} must be positive (got {getattr(self, key)})")
-        for key in ("updates_per_collect", "learning_starts", "eps_decay", "eval_every",
+        for key in ("updates_per_collect", "episodes_per_collect", "learning_starts",
+                    "eps_decay", "eval_every",
                     "exact_eval_every", "checkpoint_every", "halt_after"):
             if getattr(self, key) < 0:
                 raise ValueError(f"train.{key} must be >= 0 (got {getattr(self, key)})")
@@ -180,8 +184,11 @@ class Trainer:
 
     # One round ------------------------------------------------------------------------
     def collect(self) -> Dict[str, float]:
-        steps = max(1, self.cfg.samples_per_collect // self.task.num_envs)
-        stats = self.collector.run(self._explore, steps)
+        if self.cfg.episodes_per_collect > 0:
+            stats = self.collector.run(self._explore, episodes=self.cfg.episodes_per_collect)
+        else:
+            steps = max(1, self.cfg.samples_per_collect // self.task.num_envs)
+            stats = self.collector.run(self._explore, steps)
         return {"epsilon": self.epsilon, **stats}
 
     def learn(self) -> Dict[str, float]:

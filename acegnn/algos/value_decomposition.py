@@ -72,6 +72,10 @@ class AgentModelConfig(MLPConfig):
     ``layers + 1`` fc + ReLU before its output layer (as deep as ACE's unit encoder with
     its value head)."""
 
+    shared: bool = False
+    """Each agent's input also holds the global state, every unit's node features (the
+    paper's QMIX-SHARED: every agent sees the union of the units' observations)."""
+
 
 def input_sizes(fi: FlatInputs) -> Dict[str, int]:
     """The sizes that the networks are built for, by name (for error messages)."""
@@ -109,8 +113,8 @@ class ValueDecomposition(QLearner):
         if example is None:
             raise ValueError("value-factorisation learners need an example batch to size "
                              "their networks")
-        self.schema = schema
-        self.sizes = input_sizes(flat_inputs(schema, example))
+        self.schema, self.shared = schema, getattr(model, "shared", False)
+        self.sizes = input_sizes(self._flat(example, check=True))
         n, obs_dim, state_dim, num_actions = self.sizes.values()
         net = nn.ModuleDict({"agent": AgentQNet(obs_dim, num_actions, model.hidden,
                                                 model.layers + 1)})
@@ -123,9 +127,17 @@ class ValueDecomposition(QLearner):
                                      cfg.qtran_layers)
         super().__init__(init_relu_layers(net, model.init), cfg, device)
 
+    def _flat(self, graphs: Batch, check: bool) -> FlatInputs:
+        fi = flat_inputs(self.schema, graphs, check=check)
+        if not self.shared:
+            return fi
+        n = fi.agent_obs.size(1)
+        everything = fi.state.unsqueeze(1).expand(-1, n, -1)  # [B, n, state_dim]
+        return fi._replace(agent_obs=torch.cat([fi.agent_obs, everything], dim=-1))
+
     def inputs(self, graphs: Batch) -> FlatInputs:
         """The batch's flat inputs; ``ValueError`` if they do not fit the networks."""
-        fi = flat_inputs(self.schema, self.on_device(graphs), check=False)
+        fi = self._flat(self.on_device(graphs), check=False)
         got = input_sizes(fi)
         if got != self.sizes:
             diff = ", ".join(f"{k} {v} (got {got[k]})" for k, v in self.sizes.items() if v != got[k])

@@ -13,7 +13,7 @@ from torch import Tensor
 from torch_geometric.data import Batch, HeteroData
 
 from acegnn.graph.index import (UnitIndex, check_available, check_features,
-                                compute_unit_index, unit_alive)
+                                compute_unit_index, state_flags)
 from acegnn.graph.schema import ACTION, EdgeType, GraphSchema
 
 
@@ -101,7 +101,7 @@ class DenseLayout:
         """A batch of ``B`` states: ``x`` ``{t: [B, n_t, F_t]}``, ``edge_attr``
         ``{e: [B, E_e, F_e]}``, ``available`` ``[B, num_actions]`` and optionally
         ``alive`` ``{t: [B, n_t]}`` bool (units that are not alive influence nothing; see
-        :func:`acegnn.graph.index.unit_alive`). Its index tensors are shared with the
+        :func:`acegnn.graph.index.state_flags`). Its index tensors are shared with the
         other batches of its size: treat them as read-only (an in-place write is
         noticed, and the layout then tiles that size anew)."""
         B = available.size(0)
@@ -171,7 +171,7 @@ class DenseLayout:
         if check:
             check_available(idx, available)
         return idx._replace(action_available=available,
-                            unit_alive=unit_alive(self.schema, batch, idx.flat, idx.num_units))
+                            **state_flags(self.schema, batch, idx.flat, idx.agents, idx.num_units))
 
     def cached(self, batch: Batch, key, build: Callable[[], Any]) -> Any:
         """``build()``, kept per batch size for batches of this layout that still hold

@@ -37,6 +37,7 @@ class UnitIndex(NamedTuple):
     action_available: Tensor  # [A] bool
     action_batch: Tensor  # [A]
     unit_alive: Optional[Tensor] = None  # [num_units] bool; None: every unit counts
+    agent_key: Optional[Tensor] = None  # [num_agents] sort key of order="sorted", if given
 
     @property
     def num_agents(self) -> int:
@@ -166,31 +167,47 @@ def compute_unit_index(schema: GraphSchema, batch: Batch, check: bool = True) ->
         agent_batch=agent_batch, agent_ptr=agent_ptr, action_kind=kind,
         action_agent=action_agent, action_actor=action_actor, action_target=action_target,
         action_slot=store.slot, action_available=available, action_batch=a_batch,
-        unit_alive=unit_alive(schema, batch, flat, num_units))
+        **state_flags(schema, batch, flat, agents, num_units))
     if check:
         check_available(idx, available)
     return idx
 
 
-def unit_alive(schema: GraphSchema, batch: Batch, flat: Dict[str, Tensor],
-               num_units: int) -> Optional[Tensor]:
-    """``[num_units]`` bool from the node stores' optional ``alive`` flags (a node type
-    without them counts as alive); ``None`` when no node type has them.
+def state_flags(schema: GraphSchema, batch: Batch, flat: Dict[str, Tensor], agents: Tensor,
+                num_units: int) -> Dict[str, Optional[Tensor]]:
+    """The per-state fields of :class:`UnitIndex` read from optional node attributes:
 
-    A unit that is not alive (a dead unit of a battle) influences nothing: the unit
-    encoder drops its edges and the value head leaves it out of the pooling.
+    * ``unit_alive`` ``[num_units]`` from the node stores' ``alive`` flags (a node type
+      without them counts as alive; ``None`` when no type has them). A unit that is not
+      alive (a dead unit of a battle) influences nothing: the unit encoder drops its
+      edges and the value head leaves it out of the pooling.
+    * ``agent_key`` ``[num_agents]`` from the agent types' ``order_key`` (``None`` when
+      they have none): the decision order ``"sorted"`` sorts a graph's agents by it.
     """
     typed = [t for t in schema.node_types if "alive" in batch[t]]
-    if not typed:
-        return None
-    out = torch.ones(num_units, dtype=torch.bool, device=flat[typed[0]].device)
-    for t in typed:
-        alive = batch[t].alive
-        if alive.shape != flat[t].shape:
-            raise ValueError(f"node type '{t}' has alive flags of shape {tuple(alive.shape)}; "
-                             f"it has {flat[t].numel()} units")
-        out[flat[t]] = alive.bool()
-    return out
+    alive = None
+    if typed:
+        alive = torch.ones(num_units, dtype=torch.bool, device=agents.device)
+        for t in typed:
+            flags = batch[t].alive
+            if flags.shape != flat[t].shape:
+                raise ValueError(f"node type '{t}' has alive flags of shape {tuple(flags.shape)}; "
+                                 f"it has {flat[t].numel()} units")
+            alive[flat[t]] = flags.bool()
+    keyed = [t for t in schema.agent_types if "order_key" in batch[t]]
+    key = None
+    if keyed:
+        if len(keyed) != len(schema.agent_types):
+            raise ValueError(f"order keys are given for the agent types {keyed} but not for all "
+                             f"of {list(schema.agent_types)}")
+        key = torch.empty(agents.numel(), dtype=torch.float64, device=agents.device)
+        for t in keyed:
+            k = batch[t].order_key
+            if k.shape != flat[t].shape:
+                raise ValueError(f"node type '{t}' has order keys of shape {tuple(k.shape)}; it "
+                                 f"has {flat[t].numel()} units")
+            key[torch.searchsorted(agents, flat[t])] = k.double()
+    return {"unit_alive": alive, "agent_key": key}
 
 
 def check_available(idx: UnitIndex, available: Tensor) -> None:

@@ -52,8 +52,9 @@ def agent_ranks(index: UnitIndex, order: Union[str, Tensor] = "default",
 
     Args:
         order: ``"default"`` (agents in the graph's order), ``"random"`` (a uniform
-            permutation per graph), or a tensor of ranks, a permutation of
-            ``0..n_g-1`` within every graph.
+            permutation per graph), ``"sorted"`` (by the agents' ``order_key``, which
+            the task puts on the agent node stores; ties keep the graph's order), or a
+            tensor of ranks, a permutation of ``0..n_g-1`` within every graph.
     """
     n = index.num_agents
     device = index.agents.device
@@ -69,6 +70,15 @@ def agent_ranks(index: UnitIndex, order: Union[str, Tensor] = "default",
         return rank
     if order == "default":
         return local
+    if order == "sorted":
+        if index.agent_key is None:
+            raise ValueError("order='sorted' needs states whose agents carry an order_key "
+                             "(set by the task); these have none")
+        perm = torch.argsort(index.agent_key, stable=True)
+        perm = perm[torch.argsort(index.agent_batch[perm], stable=True)]
+        rank = torch.empty_like(local)
+        rank[perm] = local
+        return rank
     if order == "random":
         noise = torch.rand(n, generator=generator, device="cpu").to(device)
         perm = torch.argsort(noise)  # a uniform shuffle, then grouped by graph (stable)
@@ -76,7 +86,8 @@ def agent_ranks(index: UnitIndex, order: Union[str, Tensor] = "default",
         rank = torch.empty_like(local)
         rank[perm] = local  # perm is graph-major, so local positions are ranks
         return rank
-    raise ValueError(f"order must be 'default', 'random' or a tensor of ranks (got {order!r})")
+    raise ValueError(f"order must be 'default', 'random', 'sorted' or a tensor of ranks "
+                     f"(got {order!r})")
 
 
 NAN_VALUES = ("the value network produced NaN values (diverged parameters or inputs); "

@@ -203,7 +203,16 @@ def battle_graphs(units: Tensor, avail: Tensor, spec: BattleSpec) -> Batch:
         edge_attr[et] = attr * both
     x = {t: feats[:, sl[t]] for t in SIDES}
     flags = {t: alive[:, sl[t]] for t in SIDES}
-    return layout.batch(x, edge_attr, avail.reshape(B, -1).bool(), flags)
+    out = layout.batch(x, edge_attr, avail.reshape(B, -1).bool(), flags)
+    out["ally"].order_key = sort_key(units[:, sl["ally"]]).reshape(-1)
+    return out
+
+
+def sort_key(units: Tensor) -> Tensor:
+    """The paper's sorted order (ablation "Sorted Order"): by unit type, then x, then y.
+    ``[..., 7] -> [...]`` float64."""
+    u = units.double()
+    return u[..., 0] * 1e8 + u[..., 1] * 1e4 + u[..., 2]
 
 
 def battle_scene(spec: BattleSpec) -> Scene:

@@ -1,0 +1,201 @@
+"""SMAX battles (jaxmarl 0.2.0) as graphs: features, action ids, dead units, episode ends.
+
+Everything here runs the real SMAX engine; each (scenario, number of battles) compiles
+once per process (a few seconds), so the tests share a few task sizes.
+"""
+import numpy as np
+import pytest
+import torch
+
+pytest.importorskip("jaxmarl")
+
+from acegnn.envs.smac.smax import SCENARIOS, SMAX_TYPES, SMAXConfig, SMAXTask  # noqa: E402
+from acegnn.envs.smac.units import (DISTANCE_SCALE, UNIT_TYPES, battle_schema,  # noqa: E402
+                                    sort_key)
+from acegnn.graph import unit_index  # noqa: E402
+from acegnn.nn import ACENetwork  # noqa: E402
+
+N = 4  # battles per task in these tests
+
+
+@pytest.fixture(scope="module")
+def task():
+    return SMAXTask("5m_vs_6m", N, seed=3)
+
+
+def jax_state(task):
+    s = task._state.state
+    return {k: np.asarray(getattr(s, k)) for k in ("unit_positions", "unit_alive", "unit_health",
+                                                   "unit_types", "unit_weapon_cooldowns")}
+
+
+def test_node_and_edge_features_read_the_real_state(task):
+    s = jax_state(task)
+    g = task.graphs(task.observe())
+    k = len(UNIT_TYPES)
+    ally, enemy = g["ally"].x.view(N, 5, -1), g["enemy"].x.view(N, 6, -1)
+    pos = torch.from_numpy(s["unit_positions"])  # [N, 11, 2]
+    assert torch.allclose(ally[..., k:k + 2], pos[:, :5] / 32, atol=1e-6)
+    assert torch.allclose(enemy[..., k:k + 2], pos[:, 5:] / 32, atol=1e-6)
+    marine = UNIT_TYPES.index("marine")
+    assert bool((ally[..., marine] == 1).all()) and float(ally[..., :k].sum()) == N * 5
+    assert torch.allclose(ally[..., k + 2], torch.from_numpy(s["unit_health"][:, :5]) / 45.0)
+    assert bool((ally[..., k + 3] == 0).all())  # no shields in SMAX
+    # edge ally 0 -> enemy 2 of battle 1: distance on two axes, then range flags
+    e = g["ally", "near", "enemy"]
+    per = e.edge_index.size(1) // N
+    src, dst = e.edge_index[:, per:2 * per] - torch.tensor([[5], [6]])
+    row = per + int(((src == 0) & (dst == 2)).nonzero())
+    delta = pos[1, 5 + 2] - pos[1, 0]
+    expected = torch.cat([delta / DISTANCE_SCALE, delta.norm().view(1) / DISTANCE_SCALE,
+                          (delta.norm() < 5.0).float().view(1), (delta.norm() < 9.0).float().view(1)])
+    assert torch.allclose(e.edge_attr[row], expected, atol=1e-6)
+
+
+def test_action_ids_follow_smax(task):
+    schema = battle_schema()
+    obs = task.observe()
+    g = task.graphs(obs)
+    idx = unit_index(schema, g)
+    kinds = [schema.action_kinds[int(k)].name for k in idx.action_kind[:11]]
+    assert kinds == ["move_north", "move_east", "move_south", "move_west", "stop"] + ["attack"] * 6
+    # attack slot 5 + j of ally i targets enemy j's node
+    for a in range(5, 11):
+        assert int(idx.action_target[a]) == int(idx.flat["enemy"][a - 5])
+    # masks are SMAX's own available actions
+    avail = task.engine.env.get_avail_actions(jax_tree_index(task._state, 0))
+    ours = idx.action_available.view(N, 5, 11)[0]
+    assert torch.equal(ours, torch.from_numpy(np.stack([np.asarray(avail[a]) for a in
+                                                        task.engine.env.agents])).bool())
+
+
+def jax_tree_index(tree, i):
+    import jax
+    return jax.tree_util.tree_map(lambda x: x[i], tree)
+
+
+def test_moves_go_where_their_kind_says():
+    task = SMAXTask("3m", 2, seed=0)
+    before = task.observe()["units"][:, :3, 1:3].clone()
+    for slot, (dx, dy) in enumerate([(0, 1), (1, 0), (0, -1), (-1, 0)]):  # N, E, S, W
+        task.step(torch.full((2, 3), slot))
+        after = task.observe()["units"][:, :3, 1:3].clone()
+        d = after - before
+        assert bool((d[..., 0] * dx >= 0).all() and (d[..., 1] * dy >= 0).all())
+        assert float(d.abs().max()) > 0.1
+        moved = d[..., 0].abs() if dx else d[..., 1].abs()
+        still = d[..., 1].abs() if dx else d[..., 0].abs()
+        assert bool((moved > still).all())
+        before = after
+    assert SMAX_TYPES[0] == "marine"
+
+
+def test_dead_units_are_masked_and_only_stop():
+    task = SMAXTask("3m", 2, seed=1)
+    # allies walk into the enemy and stop: the heuristic enemy kills some of them
+    for _ in range(40):
+        obs = task.observe()
+        alive = obs["units"][:, :3, 6] > 0
+        if bool((~alive).any()):
+            break
+        task.step(torch.full((2, 3), 1))  # east, towards the enemy
+    else:
+        pytest.fail("no ally died in 40 steps")
+    g = task.graphs(obs)
+    idx = unit_index(battle_schema(), g)
+    dead = ~alive.reshape(-1)
+    assert torch.equal(idx.unit_alive[idx.flat["ally"]], ~dead)
+    assert bool((g["ally"].x[dead] == 0).all())
+    avail = obs["avail"].reshape(-1, obs["avail"].size(-1))
+    assert bool((avail[dead].sum(-1) == 1).all()) and bool(avail[dead][:, task.noop_action].all())
+    net = ACENetwork(battle_schema(), hidden=16)
+    ro = net.rollout(g)
+    assert bool((ro.actions[dead] == task.noop_action).all())
+
+
+def test_time_limit_truncates_and_next_obs_is_the_last_state():
+    task = SMAXTask("3m", 2, seed=2, time_limit=3)
+    for t in range(3):
+        tr = task.step(torch.full((2, 3), 4))
+    assert bool(tr.truncated.all()) and not bool(tr.terminated.any())
+    assert not bool(tr.info["won"].any())
+    # the battles were reset: the new start differs from the true last state
+    assert not torch.allclose(task.observe()["units"], tr.next_obs["units"])
+
+
+def test_a_win_is_every_enemy_dead():
+    import jax.numpy as jnp
+    task = SMAXTask("3m", 2, seed=4)
+    s = task._state.state
+    health = s.unit_health.at[0, 3:].set(0.0)  # battle 0: every enemy dies now
+    task._state = task._state.replace(state=s.replace(unit_health=health,
+                                                      unit_alive=health > 0))
+    tr = task.step(torch.full((2, 3), 4))
+    assert tr.terminated.tolist() == [True, False] and tr.info["won"].tolist() == [True, False]
+    assert not bool(tr.truncated.any())
+    assert float(tr.info["enemies_alive"][0]) == 0.0 and float(tr.info["allies_alive"][0]) == 1.0
+    assert bool(jnp.all(task._state.state.unit_alive[0]))  # reset after the win
+
+
+def test_one_network_plays_every_map_size():
+    net = ACENetwork(battle_schema(), hidden=16)
+    for name, n in [("4m_vs_5m", 4), ("10m_vs_11m", 10), ("3s5z_vs_3s6z", 8)]:
+        task = SMAXTask(name, 2, seed=0)
+        ro = net.rollout(task.graphs(task.observe()))
+        assert ro.actions.shape == (2 * n,)
+        task.step(ro.actions.view(2, n))
+
+
+def test_same_seed_same_battles_and_resume():
+    a, b = SMAXTask("3m", 2, seed=7), SMAXTask("3m", 2, seed=7)
+    gen = torch.Generator().manual_seed(0)
+    for _ in range(3):
+        acts = torch.randint(0, 5, (2, 3), generator=gen)
+        ta, tb = a.step(acts), b.step(acts)
+        assert torch.equal(ta.next_obs["units"], tb.next_obs["units"])
+    saved = a.state_dict()
+    acts = torch.randint(0, 5, (2, 3), generator=gen)
+    first = a.step(acts)
+    c = SMAXTask("3m", 2, seed=99)
+    c.load_state_dict(saved)
+    again = c.step(acts)
+    assert torch.equal(first.next_obs["units"], again.next_obs["units"])
+    assert torch.equal(first.reward, again.reward)
+    with pytest.raises(ValueError, match="does not fit"):
+        SMAXTask("5m_vs_6m", 2, seed=0).load_state_dict(saved)
+
+
+def test_evaluate_is_deterministic_and_reports_outcomes():
+    task = SMAXTask("3m", 2, seed=0)
+    net = ACENetwork(battle_schema(), hidden=16)
+    act = lambda g: net.rollout(g).actions  # noqa: E731
+    r1, r2 = task.evaluate(act, episodes=4, seed=5), task.evaluate(act, episodes=4, seed=5)
+    assert r1 == r2
+    assert 0.0 <= r1.win_rate <= 1.0 and 1 <= r1.mean_steps <= 60
+    assert set(r1.metrics()) == {"win_rate", "mean_return", "mean_steps", "allies_alive",
+                                 "enemies_alive"}
+
+
+def test_sorted_order_is_by_type_then_position():
+    task = SMAXTask("3s5z_vs_3s6z", 2, seed=0)
+    obs = task.observe()
+    g = task.graphs(obs)
+    net = ACENetwork(battle_schema(), hidden=8)
+    ro = net.rollout(g, order="sorted")
+    key = sort_key(obs["units"][:, :8]).reshape(-1)
+    for b in range(2):
+        rows = torch.arange(8) + 8 * b
+        by_rank = rows[torch.argsort(ro.rank[rows])]
+        assert bool((key[by_rank][1:] >= key[by_rank][:-1]).all())
+    stalker = UNIT_TYPES.index("stalker")
+    assert int(obs["units"][0, int(by_rank[0]) - 8, 0]) in (stalker, UNIT_TYPES.index("zealot"))
+
+
+def test_bad_config():
+    with pytest.raises(ValueError, match="env.scenario"):
+        SMAXConfig(scenario="MMM2")
+    with pytest.raises(ValueError, match="env.reward_scale"):
+        SMAXConfig(reward_scale=0)
+    with pytest.raises(ValueError, match="actions must be"):
+        SMAXTask("3m", 2).step(torch.zeros(2, 4, dtype=torch.long))
+    assert "corridor" in SCENARIOS["6z_vs_24zg"].note
