@@ -9,7 +9,8 @@ pass ``ax``.
 
 * :func:`draw_state`: the interaction graph: units at their positions, one colour per
   unit type, agents ringed, units that cannot act hollow; edges, the scene's
-  background.
+  background. Dead units (:attr:`Frame.alive`) are not drawn, nor their labels nor any
+  edge with a dead end; the legend says how many are left out.
 * :func:`draw_decision`: the state and every agent's chosen action: a move arrow, an
   arrow to the target of a targeted action (where its passive message goes), a dot for
   an action drawn neither way (stay, stop, a no-op); the decision order ``1, 2, ...``.
@@ -43,6 +44,7 @@ KIND_COLORS = ("#ff7f0e", "#2ca02c", "#9467bd", "#e377c2", "#8c564b", "#17becf",
                "#bcbd22", "#d62728")
 MOVE_COLOR = "#333333"
 EDGE_COLOR = "#8c8c8c"
+DEAD_COLOR = "#9a9a9a"
 BACKGROUND_COLOR = "#d9d9d9"
 BAR_COLOR = "#9ecae1"
 CHOSEN_COLOR = "#ff7f0e"
@@ -115,9 +117,10 @@ def _limits(frame: Frame):
     """``(xlim, ylim, invert_y)``: the scene's, or the positions' with a margin."""
     if frame.scene is not None:
         return tuple(frame.scene.xlim), tuple(frame.scene.ylim), bool(frame.scene.invert_y)
-    if frame.num_units == 0:
+    pos = frame.pos[frame.alive]
+    if pos.shape[0] == 0:
         return (-1.0, 1.0), (-1.0, 1.0), False
-    lo, hi = frame.pos.min(axis=0), frame.pos.max(axis=0)
+    lo, hi = pos.min(axis=0), pos.max(axis=0)
     pad = 0.12 * float(max(hi - lo)) or 1.0
     return (lo[0] - pad, hi[0] + pad), (lo[1] - pad, hi[1] + pad), False
 
@@ -128,13 +131,24 @@ def _target_label(frame: Frame, kind: int, target: int) -> str:
 
 
 def _shown_edges(frame: Frame, edges: bool, max_edges: Optional[int], seed: int) -> np.ndarray:
-    E = frame.edges.shape[1]
+    """Indices into ``frame.edges`` of the edges drawn: live ones, at most ``max_edges``."""
     if not edges:
         return np.zeros(0, dtype=np.int64)
-    if max_edges is None or E <= max_edges:
-        return np.arange(E)
+    live = np.nonzero(frame.live_edges)[0]
+    if max_edges is None or live.size <= max_edges:
+        return live
     rng = np.random.default_rng(seed)
-    return np.sort(rng.choice(E, size=max_edges, replace=False))
+    return live[np.sort(rng.choice(live.size, size=max_edges, replace=False))]
+
+
+def _agent_head(frame: Frame, agent: int, rank: int, hidden: int = 0) -> str:
+    """``"<rank>. <name>"``, ``" (dead)"`` for a dead agent, ``"  +<hidden> hidden"``."""
+    head = f"{rank}. {frame.unit_name(int(frame.agents[agent]))}"
+    if not frame.alive[frame.agents[agent]]:
+        head += " (dead)"
+    if hidden:
+        head += f"  +{hidden} hidden"
+    return head
 
 
 # ---------------------------------------------------------------- the state
@@ -151,7 +165,7 @@ def _draw_state(ax, frame: Frame, edges: bool, max_edges: Optional[int], seed: i
             np.asarray(frame.scene.lines, dtype=float), colors=BACKGROUND_COLOR,
             linewidths=1.0, zorder=0, gid="background"))
     shown = _shown_edges(frame, edges, max_edges, seed)
-    E = frame.edges.shape[1]
+    E = int(frame.live_edges.sum())  # the edges of dead units are not drawn nor counted
     if shown.size:
         src, dst = frame.edges[:, shown]
         segs = np.stack([frame.pos[src], frame.pos[dst]], axis=1)
@@ -163,8 +177,9 @@ def _draw_state(ax, frame: Frame, edges: bool, max_edges: Optional[int], seed: i
 
     s = _marker_size(frame.num_units)
     handles = []
+    alive = frame.alive
     for t, name in enumerate(frame.type_names):
-        rows = np.nonzero(frame.unit_type == t)[0]
+        rows = np.nonzero((frame.unit_type == t) & alive)[0]
         color = _type_color(t)
         handles.append(Line2D([], [], ls="", marker="o", ms=8, mfc=color, mec="white",
                               label=name))
@@ -177,17 +192,20 @@ def _draw_state(ax, frame: Frame, edges: bool, max_edges: Optional[int], seed: i
         ax.scatter(frame.pos[rows, 0], frame.pos[rows, 1], s=s, c=list(face),
                    edgecolors=list(edge), linewidths=width, zorder=3, gid=f"units:{name}",
                    label=name)
-    if frame.is_agent.any():
+    if (frame.is_agent & alive).any():
         handles.append(Line2D([], [], ls="", marker="o", ms=8, mfc="white", mec="black",
                               mew=1.8, label="agent"))
-    if not frame.can_act.all():
+    if (~frame.can_act & alive).any():
         handles.append(Line2D([], [], ls="", marker="o", ms=8, mfc="none", mec="#9a9a9a",
                               mew=1.8, label="cannot act"))
+    if frame.num_dead:
+        handles.append(Line2D([], [], ls="", marker="x", ms=7, mec=DEAD_COLOR, mew=1.5,
+                              label=f"dead (not drawn): {frame.num_dead}"))
     handles += list(extra_handles)
     if labels is None:
         labels = frame.num_units <= 12
     if labels:
-        for u in range(frame.num_units):
+        for u in np.nonzero(alive)[0].tolist():
             ax.annotate(frame.unit_name(u), frame.pos[u], xytext=(0, -11),
                         textcoords="offset points", ha="center", va="top", fontsize=7,
                         color="#444444", zorder=5, gid=f"name:{u}")
@@ -227,19 +245,22 @@ def draw_state(frame: Frame, ax=None, edges: bool = True, max_edges: Optional[in
     One marker per unit at its position, coloured by unit type (:data:`TYPE_COLORS`,
     collections with gid ``"units:<type>"``); agents ringed in black, units that cannot
     act hollow and grey; the edges (gid ``"edges"``) and the scene's background lines
-    (gid ``"background"``); the scene's limits (or the positions' with a margin).
+    (gid ``"background"``); the scene's limits (or the positions' with a margin). What
+    the network does not see is not drawn: a dead unit (:attr:`Frame.alive`), its name
+    and every edge with a dead end; the legend says how many units are dead
+    (``"dead (not drawn): 3"``) and the edge counts count live edges only.
 
     Args:
         frame (Frame): The state.
         ax (matplotlib.axes.Axes, optional): Axes to draw into; a new figure when
             :obj:`None`. (default: :obj:`None`)
         edges (bool, optional): Whether to draw the edges. (default: :obj:`True`)
-        max_edges (int, optional): Draw at most this many edges, a uniform choice seeded
-            by ``seed`` (the title says how many are shown); all when :obj:`None`.
+        max_edges (int, optional): Draw at most this many live edges, a uniform choice
+            seeded by ``seed`` (the title says how many are shown); all when :obj:`None`.
             (default: :obj:`500`)
         seed (int, optional): Seed of the edge choice. (default: :obj:`0`)
-        labels (bool, optional): Write each unit's name under it; :obj:`None`: when
-            the state has at most 12 units. (default: :obj:`None`)
+        labels (bool, optional): Write each live unit's name under it; :obj:`None`:
+            when the state has at most 12 units. (default: :obj:`None`)
 
     Returns:
         The :class:`~matplotlib.figure.Figure` drawn into.
@@ -260,11 +281,14 @@ def _draw_decision(ax, frame: Frame, edges: bool, max_edges: Optional[int], seed
     still: List[Tuple[int, str]] = []
     handles: Dict[str, object] = {}
     scene = frame.scene
-    for i in range(frame.num_agents):
+    drawn = [i for i in range(frame.num_agents) if frame.alive[frame.agents[i]]]
+    for i in drawn:
         u = int(frame.agents[i])
         k = int(frame.action_kind[i])
         kind = frame.kind_names[k]
         target = int(frame.action_target[i])
+        if target >= 0 and not frame.alive[target]:
+            continue  # a dead unit is not drawn; nor is an arrow to it
         start = frame.pos[u]
         move = scene.move(kind) if scene is not None else None
         if target >= 0:
@@ -289,7 +313,7 @@ def _draw_decision(ax, frame: Frame, edges: bool, max_edges: Optional[int], seed
         ax.scatter(frame.pos[rows, 0], frame.pos[rows, 1], s=10, c="black", zorder=4,
                    gid="actions:still")
     if order_labels:
-        for i in range(frame.num_agents):
+        for i in drawn:
             ax.annotate(str(int(frame.order[i]) + 1), frame.pos[frame.agents[i]], xytext=(6, 5),
                         textcoords="offset points", fontsize=8, fontweight="bold", zorder=6,
                         gid=f"order:{i}")
@@ -308,7 +332,8 @@ def draw_decision(frame: Frame, ax=None, edges: bool = True, max_edges: Optional
     displacement; any other action (stay, stop, a no-op, a move of a task without a
     scene) is a dot on the agent. Arrows are patches with gid ``"action:<agent>"``;
     ``fig.acegnn_arrows`` lists ``(agent, (x0, y0), (x1, y1), kind)`` and
-    ``fig.acegnn_still`` ``(agent, kind)`` of the dots.
+    ``fig.acegnn_still`` ``(agent, kind)`` of the dots. A dead agent (its forced no-op)
+    is drawn neither way and gets no order label.
 
     Args:
         frame (Frame): The state and its decision.
@@ -355,7 +380,7 @@ def _candidate_layout(frame: Frame, top_k: Optional[int]):
     rows = sum(1 + g[1].size for g in groups)
     chars = max([len(_target_label(frame, int(frame.cand_kind[c]), int(frame.cand_target[c])))
                  for _, shown, _ in groups for c in shown] +
-                [len(f"{frame.num_agents}. {frame.unit_name(int(frame.agents[i]))}  +{h} hidden")
+                [len(_agent_head(frame, i, frame.num_agents) + f"  +{h} hidden")
                  for i, _, h in groups] + [4])
     label_w = 0.25 + 0.058 * chars  # fontsize 7
     height = max(rows * _ROW_H, 1.0)
@@ -371,9 +396,7 @@ def _draw_candidates(ax, frame: Frame, groups, relative: bool) -> None:
     values, hidden = [], {}
     y = 0
     for i, shown, n_hidden in groups:
-        head = f"{int(frame.order[i]) + 1}. {frame.unit_name(int(frame.agents[i]))}"
-        if n_hidden:
-            head += f"  +{n_hidden} hidden"
+        head = _agent_head(frame, i, int(frame.order[i]) + 1, n_hidden)
         hidden[i] = n_hidden
         label_y.append(y)
         label_text.append(head)
@@ -444,7 +467,8 @@ def draw_candidates(frame: Frame, ax=None, top_k: Optional[int] = 5, relative: b
     For each agent in decision order, a group of horizontal bars, one per valued
     candidate (best first), labelled by its action kind, or ``kind→target`` for a
     targeted action; the chosen candidate is filled orange, the greedy one (the largest
-    value) hatched with a black edge; they differ where the choice explored. Bars have
+    value) hatched with a black edge; they differ where the choice explored. A dead
+    agent's group (its forced no-op) is headed ``"<rank>. <name> (dead)"``. Bars have
     gid ``"value:<agent>:<slot>"``; ``fig.acegnn_values`` lists ``(agent, slot, value,
     is_chosen, is_greedy)`` per bar and ``fig.acegnn_hidden`` ``{agent: candidates not
     drawn}``.

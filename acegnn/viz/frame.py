@@ -27,10 +27,17 @@ class Frame:
     ``cand_target`` hold unit numbers; ``cand_agent`` agent numbers; ``chosen`` and
     ``greedy`` candidate numbers.
 
+    A unit that is not ``alive`` (a dead unit of a battle) influences nothing in the
+    network: its edges carry no message and it is not pooled. Its position and features
+    mean nothing (a battle's read zero), so the drawings leave it out, with its label and
+    every edge that has it as an end (:attr:`live_edges`); a dead agent keeps its one
+    candidate, the forced no-op, in the candidate values.
+
     Shapes:
-        - units: ``unit_type``, ``unit_local``, ``is_agent``, ``can_act``, ``emb_norm``
-          ``[U]``; ``pos`` ``[U, 2]``; ``features`` a list of ``U`` arrays
-        - ``edges`` ``[2, E]`` (source unit, destination unit), every edge type
+        - units: ``unit_type``, ``unit_local``, ``is_agent``, ``can_act``, ``emb_norm``,
+          ``alive`` ``[U]``; ``pos`` ``[U, 2]``; ``features`` a list of ``U`` arrays
+        - ``edges`` ``[2, E]`` (source unit, destination unit), every edge type of the
+          state, those with a dead end included
         - agents: ``agents`` (their unit), ``order`` (decision rank), ``action`` (chosen
           slot), ``action_kind``, ``action_target`` (unit or ``-1``), ``chosen`` and
           ``greedy`` (candidate index) ``[n]``
@@ -66,10 +73,35 @@ class Frame:
     reward: float = float("nan")
     """Reward of the step taken from this state (NaN where unknown)."""
     info: dict = field(default_factory=dict)
+    alive: Optional[np.ndarray] = None
+    """``[U]`` bool: the units that count (:attr:`UnitIndex.unit_alive
+    <acegnn.graph.index.UnitIndex>`); all :obj:`True` when :obj:`None` is given (a task
+    without alive flags)."""
+
+    def __post_init__(self) -> None:
+        U = int(np.asarray(self.unit_type).size)
+        if self.alive is None:
+            self.alive = np.ones(U, dtype=bool)
+        else:
+            self.alive = np.asarray(self.alive, dtype=bool)
+            if self.alive.shape != (U,):
+                raise ValueError(f"alive must have shape ({U},), one flag per unit "
+                                 f"(got {self.alive.shape})")
 
     @property
     def num_units(self) -> int:
         return int(self.unit_type.size)
+
+    @property
+    def num_dead(self) -> int:
+        """Units that are not alive (not drawn)."""
+        return int((~self.alive).sum())
+
+    @property
+    def live_edges(self) -> np.ndarray:
+        """``[E]`` bool: the edges whose two ends are alive, those that carry a message
+        (the only ones drawn)."""
+        return self.alive[self.edges[0]] & self.alive[self.edges[1]]
 
     @property
     def num_agents(self) -> int:
@@ -114,6 +146,9 @@ def frames(schema: GraphSchema, graphs: Batch, ro: Rollout, positions: Optional[
         scene (Scene, optional): The task's background.
         noop (int, optional): The task's no-op slot: an agent whose only available
             action it is is drawn as one that cannot act.
+
+    Each frame's :attr:`Frame.alive` is the batch's :attr:`UnitIndex.unit_alive
+    <acegnn.graph.index.UnitIndex>` (all :obj:`True` where the batch has no alive flags).
     """
     idx = ro.encoded.index
     if bool((ro.greedy_ids < 0).any()):
@@ -144,6 +179,7 @@ def frames(schema: GraphSchema, graphs: Batch, ro: Rollout, positions: Optional[
     dst = torch.cat(dst) if dst else torch.zeros(0, dtype=torch.long)
     edge_graph = cpu(idx.unit_batch)[src]
     emb_norm = cpu(ro.encoded.units).norm(dim=1)
+    alive = torch.ones(U, dtype=torch.bool) if idx.unit_alive is None else cpu(idx.unit_alive).bool()
     is_agent = torch.zeros(U, dtype=torch.bool)
     is_agent[cpu(idx.agents)] = True
     avail = cpu(idx.action_available)
@@ -187,5 +223,5 @@ def frames(schema: GraphSchema, graphs: Batch, ro: Rollout, positions: Optional[
             cand_kind=cpu(idx.action_kind)[cand].numpy(),
             cand_target=local_target(cand).numpy(),
             cand_value=cpu(ro.candidate_values)[cand].numpy(),
-            scene=scene))
+            scene=scene, alive=alive[u0:u1].numpy()))
     return out

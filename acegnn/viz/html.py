@@ -10,12 +10,16 @@ unordered pair of units drawn once, thinned to ``max_edges`` by a seeded choice)
 coloured by type (agents as diamonds, units that cannot act in grey), the chosen actions
 as arrows (a move kind of the scene one step in its direction, a targeted action from
 the actor to its target) and each agent's decision rank. Hovering a unit shows its
-name, feature vector and embedding norm.
+name, feature vector and embedding norm. Only what the network sees is drawn: a dead
+unit (:attr:`Frame.alive <acegnn.viz.frame.Frame.alive>`), its hover text, its rank and
+every edge with a dead end are left out (``max_edges`` counts live edges); the legend
+says how many units are dead in the step (``"dead (not drawn): 3"``).
 
 Right panel, the candidate values of the step: one row per agent in decision order, one
 marker per valued candidate at its value ``V``, coloured by action kind; the chosen
 candidate is ringed and the greedy one crossed. Hovering a candidate shows the agent,
-the action kind (and target) and ``V``.
+the action kind (and target) and ``V``. A dead agent keeps its row (its forced
+no-op), named ``"#<rank> <name> (dead)"``.
 
 To keep the page small, floats are rounded to a few significant digits and static
 data (the scene's background, hover templates, colours) is written once in the base
@@ -42,6 +46,7 @@ CANNOT_ACT_COLOR = "#c7c7c7"
 EDGE_COLOR = "rgba(110,110,110,0.3)"
 MOVE_COLOR = "#333333"
 TARGET_COLOR = "#ff7f0e"
+DEAD_COLOR = "#9a9a9a"
 
 COORD_DIGITS = 4
 """Significant digits of unit positions, arrows and values."""
@@ -185,8 +190,8 @@ class _Episode:
         self.scene = f0.scene
         if self.scene is not None:
             (x0, x1), (y0, y1) = self.scene.xlim, self.scene.ylim
-        else:
-            allpos = np.concatenate([np.asarray(f.pos, dtype=np.float64).reshape(-1, 2)
+        else:  # the live units' positions (a dead unit is not drawn)
+            allpos = np.concatenate([np.asarray(f.pos, dtype=np.float64).reshape(-1, 2)[f.alive]
                                      for f in frames])
             if allpos.size:
                 (x0, y0), (x1, y1) = allpos.min(0), allpos.max(0)
@@ -200,6 +205,8 @@ class _Episode:
         self.extent = max(x1 - x0, y1 - y0)
         self.max_units = max(f.num_units for f in frames)
         self.max_agents = max(f.num_agents for f in frames)
+        # a legend entry counting the dead units, on pages where some unit dies
+        self.has_dead = any(f.num_dead for f in frames)
         # A kind whose candidates all target units of one type writes target indices
         # (numbers) and names the type in its hover template; otherwise unit names.
         self.kind_target_type: Dict[int, Optional[int]] = {}
@@ -233,8 +240,9 @@ def _frame_traces(ep: _Episode, f: Frame, max_edges: int, rng: np.random.Generat
     pos = np.asarray(f.pos, dtype=np.float64)
     traces: List[dict] = []
 
-    # edges
-    pairs = _thin_edges(f.edges, max_edges, rng)
+    # edges whose ends are both alive (those that carry a message)
+    alive = np.asarray(f.alive)
+    pairs = _thin_edges(np.asarray(f.edges)[:, f.live_edges], max_edges, rng)
     ex, ey = _polylines(pos, _trails(pairs, f.num_units), EDGE_DIGITS)
     traces.append(dict(x=ex, y=ey))
 
@@ -245,10 +253,10 @@ def _frame_traces(ep: _Episode, f: Frame, max_edges: int, rng: np.random.Generat
     shorten = 0.035 * ep.extent
     for a in rows.tolist():
         u = int(agents[a])
-        if not bool(f.can_act[u]):
+        target = int(f.action_target[a])
+        if not (f.can_act[u] and alive[u] and (target < 0 or alive[target])):
             continue
         kind = f.kind_names[int(f.action_kind[a])]
-        target = int(f.action_target[a])
         label = f"{f.unit_name(u)}: {kind}"
         if target >= 0:
             d = pos[target] - pos[u]
@@ -271,9 +279,9 @@ def _frame_traces(ep: _Episode, f: Frame, max_edges: int, rng: np.random.Generat
         traces.append(dict(x=x, y=y, text=[s for t in text for s in ("", t, "")],
                            marker=dict(size=[0, 13, 0] * len(text))))
 
-    # units, one trace per type
+    # live units, one trace per type
     for ti in range(len(ep.type_names)):
-        us = np.nonzero(np.asarray(f.unit_type) == ti)[0]
+        us = np.nonzero((np.asarray(f.unit_type) == ti) & alive)[0]
         x = _round(pos[us, 0], COORD_DIGITS)
         y = _round(pos[us, 1], COORD_DIGITS)
         text = [f"<b>{f.unit_name(u)}</b>{' (agent)' if f.is_agent[u] else ''}"
@@ -284,13 +292,19 @@ def _frame_traces(ep: _Episode, f: Frame, max_edges: int, rng: np.random.Generat
                         for u in us.tolist()])
         symbol = _const(["diamond" if f.is_agent[u] else "circle" for u in us.tolist()])
         traces.append(dict(x=x, y=y, text=text, marker=dict(color=color, symbol=symbol)))
+    if ep.has_dead:  # a legend entry only: a point without coordinates, none if none died
+        none = [None] if f.num_dead else []
+        traces.append(dict(x=none, y=none, name=f"dead (not drawn): {f.num_dead}"))
 
-    # decision order numbers next to the agents
+    # decision order numbers next to the live agents
     v_chosen = [float(f.cand_value[f.chosen[a]]) if f.chosen[a] >= 0 else float("nan")
                 for a in rows.tolist()]
-    order_text, order_hover = [], []
+    order_text, order_hover, ranked = [], [], []
     for r, a in enumerate(rows.tolist()):
         u = int(agents[a])
+        if not alive[u]:
+            continue
+        ranked.append(a)
         kind = f.kind_names[int(f.action_kind[a])]
         target = int(f.action_target[a])
         what = kind + (f" → {f.unit_name(target)}" if target >= 0 else "")
@@ -298,7 +312,7 @@ def _frame_traces(ep: _Episode, f: Frame, max_edges: int, rng: np.random.Generat
         order_text.append(str(r + 1))
         order_hover.append(f"<b>{f.unit_name(u)}</b> decides #{r + 1}: {what}<br>"
                            f"V = {_fmt(v_chosen[r])}{greedy}")
-    ap = pos[agents[rows]] if rows.size else np.zeros((0, 2))
+    ap = pos[agents[ranked]] if ranked else np.zeros((0, 2))
     traces.append(dict(x=_round(ap[:, 0], COORD_DIGITS), y=_round(ap[:, 1], COORD_DIGITS),
                        text=order_text, hovertext=order_hover))
 
@@ -354,6 +368,11 @@ def _trace_templates(ep: _Episode) -> List[dict]:
         t.append(dict(type="scatter", mode="markers", name=name, legendgroup="units",
                       marker=dict(size=ms, line=dict(color="#222222", width=1)),
                       hovertemplate="%{text}<extra></extra>"))
+    if ep.has_dead:  # its name (with the count) and whether it shows change per frame
+        t.append(dict(type="scatter", mode="markers", name="dead (not drawn)", legendgroup="units",
+                      hoverinfo="skip",
+                      marker=dict(size=max(ms - 4, 7), symbol="x-thin-open", color=DEAD_COLOR,
+                                  line=dict(width=2, color=DEAD_COLOR))))
     # invisible markers of the units' size push the rank labels off the markers
     t.append(dict(type="scatter", mode="markers+text", name="decision order", legendgroup="graph",
                   textposition="top right", textfont=dict(size=max(ms - 3, 9), color="#000000"),
@@ -396,6 +415,7 @@ def _frame_layout(ep: _Episode, f: Frame, title: str, label: str) -> dict:
         xaxis2=dict(range=_round([lo - pad, hi + pad], COORD_DIGITS)),
         yaxis2=dict(range=[n - 0.5, -0.5], tickvals=list(range(rows.size)),
                     ticktext=[f"#{r + 1} {f.unit_name(int(f.agents[a]))}"
+                              f"{'' if f.alive[f.agents[a]] else ' (dead)'}"
                               for r, a in enumerate(rows.tolist())]),
     )
 
@@ -407,7 +427,9 @@ def episode_figure(frames: Sequence[Frame], title: str = "", max_edges: int = 50
     Trace order (the same in the base figure, which shows ``frames[0]``, and in every
     animation frame, which holds the dynamic traces only): the scene's background lines
     (base figure only), edges, move arrows, targeted-action arrows, one unit trace per
-    unit type, decision-order labels, one candidate trace per action kind (its ``x``
+    unit type (live units only), where some frame has a dead unit a legend entry
+    ``"dead (not drawn): <count>"`` (no points), decision-order labels (live agents),
+    one candidate trace per action kind (its ``x``
     the values ``V`` of :func:`candidate_order`, its ``y`` the agent's decision row),
     chosen, greedy.
 
