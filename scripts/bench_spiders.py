@@ -27,13 +27,13 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 
 from acegnn.algos.checkpoint import SUCCESS_CHECKPOINT
 from acegnn.utils.io import write_text
+from acegnn.utils.runs import acegnn, train_or_resume
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Paper Table 1: (mean, std) of samples to 100% (millions) and steps gap, per grid.
@@ -53,7 +53,6 @@ TABLE1 = list(PAPER)  # the methods of the paper's Table 1: ACE, VDN, QMIX, QTRA
 
 
 def run_one(method: str, grid: int, seed: int, ns: argparse.Namespace) -> dict:
-    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
     prefix = "bench" if method == "ace_dqn" else f"bench_{method}"
     name = f"{prefix}_{grid}x{grid}_seed{seed}"
     run_dir = os.path.join(ns.run_dir, name)
@@ -62,25 +61,12 @@ def run_one(method: str, grid: int, seed: int, ns: argparse.Namespace) -> dict:
     else:
         cfg = os.path.join(ROOT, "configs", f"spiders_fly_{grid}x{grid}_baselines.yaml")
         algo = [f"algo.name={method}"]
-    cmd = [sys.executable, "-m", "acegnn.cli", "train", cfg, f"seed={seed}", *algo,
-           f"run.dir={ns.run_dir}", f"run.name={name}", "train.progress=false",
-           f"train.total_samples={ns.total_samples[grid]}", *ns.overrides]
-    if os.path.exists(os.path.join(run_dir, "checkpoint.pt")):  # go on, maybe further
-        cmd = [sys.executable, "-m", "acegnn.cli", "train", "--resume", run_dir,
-               "train.progress=false", f"train.total_samples={ns.total_samples[grid]}",
-               *ns.overrides]
-    out = subprocess.run(cmd, env=env, capture_output=True, text=True)
-    if out.returncode != 0:
-        raise RuntimeError(f"{name} failed:\n{out.stderr[-2000:]}")
-    summary = json.loads(out.stdout.strip().splitlines()[-1])
+    summary = train_or_resume(cfg, run_dir, ns.total_samples[grid], ns.overrides,
+                              start=[f"seed={seed}", *algo])
 
     def evaluate(path: str) -> dict:
-        ev = subprocess.run([sys.executable, "-m", "acegnn.cli", "eval", path, "--episodes",
-                             str(ns.gap_episodes), "--seed", "777"], env=env, capture_output=True,
-                            text=True)
-        if ev.returncode != 0:
-            raise RuntimeError(f"acegnn eval {path} failed:\n{ev.stderr[-2000:]}")
-        return json.loads(ev.stdout.strip().splitlines()[-1])
+        out = acegnn(["eval", path, "--episodes", str(ns.gap_episodes), "--seed", "777"])
+        return json.loads(out.strip().splitlines()[-1])
 
     result = evaluate(run_dir)
     first = os.path.join(run_dir, SUCCESS_CHECKPOINT)  # the policy at its first 100%

@@ -72,6 +72,14 @@ class TrainConfig:
     progress: bool = True
     """Show a progress bar."""
 
+    def replay_capacity(self, num_envs: int) -> int:
+        """Transitions the replay buffer holds: no more than the run can collect, which
+        is known when rounds are counted in steps; a round of whole episodes can end
+        anywhere, so the full ``buffer_size`` then."""
+        if self.episodes_per_collect > 0:
+            return self.buffer_size
+        return min(self.buffer_size, self.total_samples + num_envs)
+
     def __post_init__(self) -> None:
         for key in ("total_samples", "samples_per_collect", "batch_size", "buffer_size",
                     "eval_episodes"):
@@ -152,8 +160,7 @@ class Trainer:
             raise ValueError(f"train.exact_eval_every: {type(task).__name__} has no exact "
                              f"evaluation; set it to 0")
         os.makedirs(run_dir, exist_ok=True)
-        self.buffer = ReplayBuffer(min(cfg.buffer_size, cfg.total_samples + task.num_envs),
-                                   task.obs_spec, task.n_agents)
+        self.buffer = ReplayBuffer(cfg.replay_capacity(task.num_envs), task.obs_spec, task.n_agents)
         self.collector = Collector(task, self._store)
         self.collect_gen = torch.Generator().manual_seed(seed * 2 + 1)
         self.sample_gen = torch.Generator().manual_seed(seed * 2 + 2)
@@ -244,7 +251,8 @@ class Trainer:
         except ValueError as e:
             raise ValueError(
                 f"{source}: {e}. The replay buffer holds "
-                f"min(train.buffer_size, train.total_samples + env.num_envs) transitions; a "
+                f"min(train.buffer_size, train.total_samples + env.num_envs) transitions "
+                f"(train.buffer_size with train.episodes_per_collect); a "
                 f"resumed run may change train.total_samples only while its buffer has not "
                 f"filled up and still holds every transition collected. Start a new run "
                 f"with the new budget instead") from e

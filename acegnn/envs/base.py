@@ -181,10 +181,13 @@ def first_episodes(task: VecTask, act: Policy, max_steps: int) -> Episodes:
     """Play the first episode of each of ``task``'s environments with ``act``, ignoring
     what the environments do after their auto-reset: the loop of a test evaluation.
 
+    An environment whose engine was restarted (:attr:`Transition.dropped`) plays its
+    episode again from the engine's new start.
+
     Args:
         task (VecTask): A task made for the evaluation (one environment per episode).
         act (Policy): Graph batch -> ``[num_agents]`` actions.
-        max_steps (int): Stop after this many steps (the task's time limit).
+        max_steps (int): Stop an episode after this many steps (the task's time limit).
     """
     if max_steps < 1:
         raise ValueError(f"max_steps must be positive (got {max_steps})")
@@ -194,20 +197,24 @@ def first_episodes(task: VecTask, act: Policy, max_steps: int) -> Episodes:
     length = torch.full((n,), max_steps, dtype=torch.long)
     terminated = torch.zeros(n, dtype=torch.bool)
     running = torch.ones(n, dtype=torch.bool)
+    began = torch.zeros(n, dtype=torch.long)  # the step before the episode's first
     info: Dict[str, Tensor] = {}
-    for t in range(1, max_steps + 1):
+    t = 0
+    while bool(running.any()):
+        t += 1
         tr = task.step(act(task.graphs(task.observe())).view(n, task.n_agents).cpu())
+        if tr.dropped is not None and bool((tr.dropped & running).any()):
+            lost = tr.dropped & running
+            returns[lost], began[lost] = 0.0, t
+            tr = tr._replace(reward=tr.reward.masked_fill(lost, 0.0),
+                             terminated=tr.terminated & ~lost, truncated=tr.truncated & ~lost)
         returns += tr.reward * running
-        ended = running & (tr.terminated | tr.truncated)
-        if t == max_steps:
-            ended = running.clone()
-        length[ended] = t
-        terminated |= running & tr.terminated
+        ended = running & (tr.terminated | tr.truncated | (t - began >= max_steps))
+        length[ended] = (t - began)[ended]
+        terminated |= ended & tr.terminated
         for k, v in (tr.info or {}).items():
             info.setdefault(k, torch.zeros_like(v))[ended] = v[ended]
         running &= ~ended
-        if not bool(running.any()):
-            break
     return Episodes(start, returns, length, terminated, info)
 
 
