@@ -7,22 +7,23 @@ decides. The state is encoded once for the whole sequence.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, NamedTuple, Optional, Union
+from typing import TYPE_CHECKING, List, NamedTuple, Optional, Union
 
 import torch
 from torch import Tensor
 from torch_geometric.data import Batch, HeteroData
-from torch_geometric.utils import scatter
 
+from acegnn.graph.dense import layout_of
 from acegnn.graph.index import UnitIndex
-from acegnn.nn.se_state import EncodedState, apply_actions, candidate_rows
-from acegnn.nn.selectors import Candidates, Greedy, Selector
+from acegnn.graph.state import as_batch
+from acegnn.nn.se_state import EncodedState, apply_actions, message_routes, message_table
+from acegnn.nn.selectors import CandidateTable, Greedy, Selector
+from acegnn.nn.value_head import SuccessorValues
 
 GREEDY = Greedy()
 
 if TYPE_CHECKING:  # pragma: no cover
     from acegnn.nn.ace import ACENetwork
-    from acegnn.nn.value_head import ValueHead
 
 
 class Rollout(NamedTuple):
@@ -94,14 +95,95 @@ NAN_VALUES = ("the value network produced NaN values (diverged parameters or inp
               "no action can be chosen")
 
 
-def _advance(head: "ValueHead", units: Tensor, hidden: Tensor, enc: EncodedState, chosen: Tensor):
-    """Move to the chosen SE-state: only the actor and target rows change, so only
-    their value-head hidden rows are recomputed."""
+class _Plan(NamedTuple):
+    """The decision sequence of a batch: who decides at each step."""
+
+    rank: Tensor  # [n] position of each agent in its graph's order
+    agents: Tensor  # [n] agents by step, graph-major inside a step
+    counts: List[int]  # agents deciding at each step
+    graph: Tensor  # [n] graph of each agent of ``agents``
+    next_agent: Tensor  # [n] (batch order) agent deciding after i in its graph, -1 for last
+    first_agent: Tensor  # [num_graphs]
+
+
+def _plan(idx: UnitIndex, rank: Tensor) -> _Plan:
+    n, B = idx.num_agents, idx.num_graphs
+    device = idx.agents.device
+    steps = int(rank.max()) + 1 if n > 0 else 0  # agents of the largest graph
+    agents = torch.argsort(rank * (n + 1) + torch.arange(n, device=device))
+    counts = torch.bincount(rank, minlength=steps).tolist()
+    pos_of = torch.full((B, steps + 1), -1, dtype=torch.long, device=device)
+    pos_of[idx.agent_batch, rank] = torch.arange(n, device=device)
+    next_agent = pos_of[idx.agent_batch, rank + 1] if n > 0 else rank
+    return _Plan(rank, agents, counts, idx.agent_batch[agents], next_agent, pos_of[:, 0])
+
+
+class _Routes(NamedTuple):
+    """Candidates as one row per agent: ``[m, S]`` action rows and, per entry, the unit
+    rows and message rows of its successor (see :class:`SuccessorValues`)."""
+
+    rows: Tensor  # [m, S] action rows, increasing; padding repeats the first
+    pad: Optional[Tensor]  # [m, S] bool, None without padding
+    read: Tensor  # [m, 2, S] actor row; target row (the actor's where none)
+    write: Tensor  # [m, 2, S] actor row; target row (num_units where none)
+    msg: Tensor  # [m, 2, S] message rows: active; passive (the zero row where none)
+    extra: Optional[Tensor]  # [m, S] passive message to the actor itself, None if no entry has one
+
+
+def _routes(enc: EncodedState, rows: Tensor, pad: Optional[Tensor] = None) -> _Routes:
+    m, S = rows.shape
+    r = message_routes(enc, rows.reshape(-1))
+    zero = enc.active.size(0) if enc.passive is None else \
+        enc.active.size(0) + enc.passive.size(0) * enc.passive.size(1)
+    on_self = r.target == r.actor
+    changed = (r.target >= 0) & ~on_self
+    none = torch.full_like(r.target, enc.index.num_units)
+    read = torch.stack([r.actor, torch.where(changed, r.target, r.actor)])
+    write = torch.stack([r.actor, torch.where(changed, r.target, none)])
+    msg = torch.stack([r.active, torch.where(changed, r.passive, torch.full_like(r.passive, zero))])
+    extra = torch.where(on_self, r.passive, torch.full_like(r.passive, zero)).view(m, S) \
+        if bool(on_self.any()) else None
+
+    def per_agent(t: Tensor) -> Tensor:  # [2, m * S] -> [m, 2, S]
+        return t.view(2, m, S).transpose(0, 1).contiguous()
+
+    return _Routes(rows, pad, per_agent(read), per_agent(write), per_agent(msg), extra)
+
+
+def _action_table(idx: UnitIndex, agents: Tensor) -> tuple:
+    """``[m, S]`` action rows of ``agents`` (increasing; padded with the first) and the
+    padding mask (``None`` where every agent has ``S`` actions)."""
+    n, A = idx.num_agents, idx.action_agent.numel()
+    device = idx.agents.device
+    order = torch.argsort(idx.action_agent, stable=True)
+    per = torch.bincount(idx.action_agent, minlength=n)
+    S = int(per.max()) if n > 0 and A > 0 else 0
+    start = torch.cumsum(per, 0) - per
+    owner = idx.action_agent[order]
+    table = torch.full((n, S), -1, dtype=torch.long, device=device)
+    table[owner, torch.arange(A, device=device) - start[owner]] = order
+    table = table[agents]
+    pad = table < 0
+    if not bool(pad.any()):
+        return table, None
+    return torch.where(pad, table[:, :1], table), pad
+
+
+def _decision(net: "ACENetwork", batch: Batch, enc: EncodedState, order, generator,
+              table: bool = True) -> tuple:
+    """The plan and (if ``table``) the candidate routes of every agent of a rollout.
+    They depend only on the structure for the default order: a dense layout keeps them
+    per batch size."""
     idx = enc.index
-    units = apply_actions(units, enc, chosen)
-    changed = torch.cat([idx.action_actor[chosen], idx.action_target[chosen]])
-    changed = changed[changed >= 0]
-    return units, hidden.index_put((changed,), head.unit_hidden(units[changed]))
+
+    def build(table: bool = True):
+        plan = _plan(idx, agent_ranks(idx, order, generator))
+        return plan, _routes(enc, *_action_table(idx, plan.agents)) if table else None
+
+    layout = layout_of(batch, net.schema) if isinstance(order, str) and order == "default" else None
+    if layout is None:
+        return build(table)
+    return layout.cached(batch, ("rollout", enc.passive is not None), build)
 
 
 def sequential_rollout(
@@ -137,88 +219,117 @@ def sequential_rollout(
             agent and ``"all"`` after it, all that Eq. 1 targets inside a state need.
             Where only the chosen candidate is valued, ``max_value``, ``greedy_ids``
             and the other candidates are NaN / ``-1``. (default: :obj:`"all"`)
+
+    The candidates of a step are valued by :class:`~acegnn.nn.value_head.SuccessorValues`
+    (every action of the acting agents, padded to one row per agent; the unavailable
+    ones are never chosen and read NaN in ``candidate_values``).
     """
     if values not in ("all", "chosen", "successors"):
         raise ValueError(f"values must be 'all', 'chosen' or 'successors' (got {values!r})")
     selector = GREEDY if selector is None else selector
-    enc = net.encode(data, check=check)
+    batch = as_batch(data)
+    enc = net.encode(batch, check=check)
     idx = enc.index
-    head = net.value_head
-    n, A, B = idx.num_agents, idx.action_kind.numel(), idx.num_graphs
+    n, A = idx.num_agents, idx.action_kind.numel()
     device = enc.units.device
-    rank = agent_ranks(idx, order, generator)
+    plan, table = _decision(net, batch, enc, order, generator, table=values != "chosen")
     selector.start(idx)
     forced = selector.known_rows()
     if values != "all" and forced is None:
         raise ValueError(f"values={values!r} needs a selector whose actions are known "
                          f"before valuing (Forced) (got {selector!r})")
 
-    full_steps = int(rank.max()) + 1 if n > 0 else 0  # agents of the largest graph
-    num_steps = full_steps if max_steps is None else min(full_steps, int(max_steps))
-    # Candidates grouped by step, inside a step by graph (action rows are graph-major).
-    cand = idx.action_available.nonzero().view(-1)
-    cand_step = rank[idx.action_agent[cand]]
-    cand = cand[torch.argsort(cand_step * (A + 1) + cand)]
-    cand_counts = torch.bincount(cand_step, minlength=num_steps)[:num_steps].tolist()
-    cand_by_step = cand[: sum(cand_counts)].split(cand_counts)
-    agent_by_rank = torch.argsort(rank * (n + 1) + torch.arange(n, device=device))
-    agent_counts = torch.bincount(rank, minlength=num_steps)[:num_steps].tolist()
-    agents_by_step = agent_by_rank[: sum(agent_counts)].split(agent_counts)
+    num_steps = len(plan.counts) if max_steps is None else min(len(plan.counts), int(max_steps))
+    reached = sum(plan.counts[:num_steps])
+    chosen_only = [values == "chosen" or (values == "successors" and k == 0)
+                   for k in range(num_steps)]
+    alive = idx.unit_alive
+    if alive is not None:
+        alive = torch.cat([alive, alive.new_zeros(1)])
 
-    # next_agent / first_agent from the ranks
-    pos_of = torch.full((B, full_steps + 1), -1, dtype=torch.long, device=device)
-    pos_of[idx.agent_batch, rank] = torch.arange(n, device=device)
-    next_agent = pos_of[idx.agent_batch, rank + 1] if n > 0 else rank
-    first_agent = pos_of[:, 0]
+    def pooled(routes: _Routes) -> Tensor:  # [m, 2, S]: the changed row is pooled
+        keep = routes.write != idx.num_units if alive is None else alive[routes.write]
+        return keep.to(enc.units.dtype)
 
-    nan = float("nan")
-    cand_values = enc.units.new_full((A,), nan)
-    chosen_value = enc.units.new_full((n,), nan)
-    max_value = enc.units.new_full((n,), nan)
-    chosen_ids = torch.full((n,), -1, dtype=torch.long, device=device)
-    greedy_ids = torch.full((n,), -1, dtype=torch.long, device=device)
-
-    units = enc.units
-    hidden = head.unit_hidden(units)
-    for k in range(num_steps):
-        c, acting = cand_by_step[k], agents_by_step[k]
-        only_chosen = values == "chosen" or (values == "successors" and k == 0)
-        if only_chosen:
-            c = forced[acting]
-        base = head.pool_base(units, idx, hidden)
-        rows = candidate_rows(units, enc, c)
-        v = head.candidate_values(base, idx, idx.action_batch[c], rows)  # [C]
-        cand_values = cand_values.index_put((c,), v)
-        if only_chosen:
-            if bool(torch.isnan(v).any()):
-                raise FloatingPointError(NAN_VALUES)
-            chosen_ids[acting] = c
-            chosen_value = chosen_value.index_put((acting,), v)
-            units, hidden = _advance(head, units, hidden, enc, c)
-            continue
-        seg = idx.action_agent[c]
-        vmax = scatter(v, seg, dim=0, dim_size=n, reduce="max")
-        if bool(torch.isnan(vmax[acting]).any()):
-            raise FloatingPointError(NAN_VALUES)
-        pos = torch.arange(c.numel(), device=device)
-        is_max = v == vmax[seg]
-        first = torch.full((n,), c.numel(), dtype=torch.long, device=device)
-        first = first.scatter_reduce(0, seg, torch.where(is_max, pos, c.numel()), reduce="amin")
-        if bool((first[acting] >= c.numel()).any()):
-            i = int(acting[first[acting] >= c.numel()][0])
+    # the first `start` agents (steps valued at their chosen action only) come first
+    start = sum(c for c, only in zip(plan.counts, chosen_only) if only)
+    if reached > start:
+        valid = idx.action_available[table.rows[start:reached]]
+        if table.pad is not None:
+            valid = valid & ~table.pad[start:reached]
+        invalid = ~valid
+        pool = pooled(table)
+        if not bool(valid.any(1).all()):
+            i = int(plan.agents[start:reached][invalid.all(1)][0])
             raise ValueError(f"agent {i} (graph {int(idx.agent_batch[i])}) has no available "
                              f"action; every agent needs at least one")
-        greedy = c[first[acting]]
-        chosen = selector.select(Candidates(c, v, seg, acting, greedy, n), generator)
-        greedy_ids[acting] = greedy
-        chosen_ids[acting] = chosen
-        max_value = max_value.index_put((acting,), vmax[acting])
-        chosen_value = chosen_value.index_put((acting,), cand_values[chosen])
-        units, hidden = _advance(head, units, hidden, enc, chosen)
+    if start > 0:
+        given = _routes(enc, forced[plan.agents[:start]].unsqueeze(1))
+        given_pool = pooled(given)
 
+    messages = message_table(enc)
+    succ = SuccessorValues(net.value_head, enc.units, idx, messages)
+    zero_col = torch.zeros(max(plan.counts, default=0), dtype=torch.long, device=device)
+    values_by_step, chosen, chosen_v, greedy, best = [], [], [], [], []
+    o = 0
+    for k in range(num_steps):
+        c = plan.counts[k]
+        at = slice(o, o + c)
+        r, p = (given, given_pool) if chosen_only[k] else (table, pool)
+        v = succ.values(plan.graph[at], r.read[at], r.msg[at],
+                        None if r.extra is None else r.extra[at], r.write[at], p[at])
+        rows = r.rows[at]
+        values_by_step.append(v)
+        if chosen_only[k]:
+            col = zero_col[:c]
+            chosen.append(rows.view(-1))
+            chosen_v.append(v.view(-1))
+        else:
+            ok = slice(o - start, o - start + c)
+            vmax, arg = v.masked_fill(invalid[ok], float("-inf")).max(1)
+            greedy.append(rows.gather(1, arg.unsqueeze(1)).view(-1))
+            best.append(vmax)
+            col = selector.select_column(
+                CandidateTable(rows, v, valid[ok], plan.agents[at], arg, n), generator)
+            if col is arg:
+                chosen.append(greedy[-1])
+                chosen_v.append(vmax)
+            else:
+                chosen.append(rows.gather(1, col.unsqueeze(1)).view(-1))
+                chosen_v.append(v.gather(1, col.unsqueeze(1)).view(-1))
+        succ.advance(col)
+        o += c
+
+    # candidate values: the chosen ones of the first steps, then every valid entry
+    nan = float("nan")
+    cand_values = enc.units.new_full((A,), nan)
+    parts = []  # (action rows, values)
+    only = sum(chosen_only)  # steps valued at the chosen action only
+    if start > 0:
+        parts.append((given.rows.view(-1), torch.cat(values_by_step[:only]).view(-1)))
+    if reached > start:
+        parts.append((table.rows[start:reached][valid], torch.cat(values_by_step[only:])[valid]))
+    for rows, vals in parts:
+        if bool(torch.isnan(vals).any()):
+            raise FloatingPointError(NAN_VALUES)
+        cand_values = cand_values.index_put((rows,), vals)
+
+    # per-agent outputs, from step order to the batch's agent order
+    chosen_ids = torch.full((n,), -1, dtype=torch.long, device=device)
+    chosen_value = enc.units.new_full((n,), nan)
+    greedy_ids = torch.full((n,), -1, dtype=torch.long, device=device)
+    max_value = enc.units.new_full((n,), nan)
+    if reached > 0:
+        chosen = torch.cat(chosen)
+        chosen_ids[plan.agents[:reached]] = chosen
+        chosen_value = chosen_value.index_put((plan.agents[:reached],), torch.cat(chosen_v))
+    if reached > start:
+        greedy_ids[plan.agents[start:reached]] = torch.cat(greedy)
+        max_value = max_value.index_put((plan.agents[start:reached],), torch.cat(best))
     slots = torch.where(chosen_ids >= 0, idx.action_slot[chosen_ids.clamp(min=0)],
                         torch.full_like(chosen_ids, -1))
-    return Rollout(actions=slots, action_ids=chosen_ids, rank=rank, chosen_value=chosen_value,
+    final_units = apply_actions(enc.units, enc, chosen, messages) if reached > 0 else enc.units
+    return Rollout(actions=slots, action_ids=chosen_ids, rank=plan.rank, chosen_value=chosen_value,
                    max_value=max_value, greedy_ids=greedy_ids, candidate_values=cand_values,
-                   next_agent=next_agent, first_agent=first_agent, final_units=units,
-                   encoded=enc)
+                   next_agent=plan.next_agent, first_agent=plan.first_agent,
+                   final_units=final_units, encoded=enc)

@@ -8,6 +8,9 @@ sequentially expanded state :math:`s_{a_{1:i}}`:
   actions when passive embeddings are on.
 
 Everything else (decision with rollout, the naive reference) calls these functions.
+:func:`message_routes` says where each message goes as rows of one
+:func:`message_table`; the decision with rollout follows the same routes in the value
+encoder's pre-activations (:class:`acegnn.nn.value_head.SuccessorValues`).
 """
 from __future__ import annotations
 
@@ -38,28 +41,59 @@ class Messages(NamedTuple):
     passive: Tensor  # [K, H] zero where no passive message
 
 
-def action_messages(enc: EncodedState, actions: Tensor) -> Messages:
-    """The active and passive messages of ``actions`` (rows of the action table)."""
+class MessageRoutes(NamedTuple):
+    """Where the messages of a set of actions go, and which rows of
+    :func:`message_table` they are."""
+
+    actor: Tensor  # [K] flat row of the acting unit
+    active: Tensor  # [K] row of the active message (the action's kind)
+    target: Tensor  # [K] flat row of the target unit, -1 where no passive message
+    passive: Tensor  # [K] row of the passive message; the table's zero row where none
+
+
+def message_table(enc: EncodedState) -> Tensor:
+    """Every message of the batch as the rows of one matrix ``[num_kinds + P + 1, H]``:
+    the active embedding of each kind, the passive table flattened (``P = num_agents x
+    num_targeted``, none without passive embeddings), then a zero row."""
+    parts = [enc.active]
+    if enc.passive is not None:
+        parts.append(enc.passive.reshape(-1, enc.active.size(1)))
+    parts.append(enc.active.new_zeros(1, enc.active.size(1)))
+    return torch.cat(parts)
+
+
+def message_routes(enc: EncodedState, actions: Tensor) -> MessageRoutes:
+    """The routes of ``actions`` (rows of the action table) through :func:`message_table`."""
     idx = enc.index
     kind = idx.action_kind[actions]
     actor = idx.action_actor[actions]
-    active = enc.active[kind]
     target = idx.action_target[actions]
+    num_kinds = enc.active.size(0)
     if enc.passive is None:
-        target = torch.full_like(target, -1)
-        passive = torch.zeros_like(active)
-    else:
-        col = enc.passive_col[kind]
-        has = (target >= 0) & (col >= 0)
-        target = torch.where(has, target, torch.full_like(target, -1))
-        passive = enc.passive[idx.action_agent[actions], col.clamp(min=0)]
-        passive = passive * has.unsqueeze(-1).to(passive.dtype)
-    return Messages(actor, active, target, passive)
+        return MessageRoutes(actor, kind, torch.full_like(target, -1),
+                             torch.full_like(kind, num_kinds))
+    col = enc.passive_col[kind]
+    has = (target >= 0) & (col >= 0)
+    zero = num_kinds + enc.passive.size(0) * enc.passive.size(1)
+    row = num_kinds + idx.action_agent[actions] * enc.passive.size(1) + col
+    return MessageRoutes(actor, kind, torch.where(has, target, torch.full_like(target, -1)),
+                         torch.where(has, row, torch.full_like(row, zero)))
 
 
-def apply_actions(units: Tensor, enc: EncodedState, actions: Tensor) -> Tensor:
-    """Unit embeddings after adding the messages of ``actions`` (out of place)."""
-    m = action_messages(enc, actions)
+def action_messages(enc: EncodedState, actions: Tensor,
+                    table: Optional[Tensor] = None) -> Messages:
+    """The active and passive messages of ``actions`` (rows of the action table);
+    ``table`` may pass :func:`message_table` ``(enc)`` when it is built already."""
+    r = message_routes(enc, actions)
+    table = message_table(enc) if table is None else table
+    return Messages(r.actor, table[r.active], r.target, table[r.passive])
+
+
+def apply_actions(units: Tensor, enc: EncodedState, actions: Tensor,
+                  table: Optional[Tensor] = None) -> Tensor:
+    """Unit embeddings after adding the messages of ``actions`` (out of place);
+    ``table`` as in :func:`action_messages`."""
+    m = action_messages(enc, actions, table)
     has = m.target >= 0
     rows = torch.cat([m.actor, m.target[has]])
     msgs = torch.cat([m.active, m.passive[has]])

@@ -14,7 +14,9 @@ selector's, so a new learner adds a selector, not a branch in the rollout:
 
 A selector may keep what it computed (for example the log-probabilities of a sampling
 policy) on itself: :meth:`Selector.start` is called once per rollout, before the first
-step.
+step. The rollout holds a step's candidates as a :class:`CandidateTable` (one row per
+acting agent) and calls :meth:`Selector.select_column`; a selector that only implements
+:meth:`Selector.select` gets the flat :class:`Candidates` of the table.
 """
 from __future__ import annotations
 
@@ -37,8 +39,36 @@ class Candidates(NamedTuple):
     num_agents: int  # agents in the batch
 
 
+class CandidateTable(NamedTuple):
+    """The same candidates as the rollout holds them: one row per acting agent, its
+    action rows in increasing order, padded to the widest agent (``valid`` marks the
+    entries that are candidates)."""
+
+    rows: Tensor  # [k, S] action-table rows
+    values: Tensor  # [k, S] V of each entry's SE-state; meaningless where not valid
+    valid: Tensor  # [k, S] bool: the entry is a candidate (an available action)
+    acting: Tensor  # [k] the agents deciding at this step
+    greedy: Tensor  # [k] column of the argmax candidate (ties: the lowest row)
+    num_agents: int  # agents in the batch
+
+    def candidates(self) -> Candidates:
+        """The flat :class:`Candidates` of the table."""
+        agent = self.acting.unsqueeze(1).expand_as(self.rows)
+        greedy = self.rows.gather(1, self.greedy.unsqueeze(1)).squeeze(1)
+        return Candidates(self.rows[self.valid], self.values[self.valid], agent[self.valid],
+                          self.acting, greedy, self.num_agents)
+
+    def column(self, rows: Tensor) -> Tensor:
+        """``[k]`` column of each acting agent's chosen action row ``rows`` ``[k]``."""
+        return ((self.rows == rows.unsqueeze(1)) & self.valid).to(torch.uint8).argmax(1)
+
+
 class Selector:
-    """Chooses the acting agents' actions from their valued candidates (greedy here)."""
+    """Chooses the acting agents' actions from their valued candidates (greedy here).
+
+    A selector implements :meth:`select` on flat candidates; the rollout calls
+    :meth:`select_column`, which a selector may implement on the table directly.
+    """
 
     def start(self, index: UnitIndex) -> None:
         """Called once per rollout with the batch's index, before the first step."""
@@ -52,12 +82,22 @@ class Selector:
         """``[k]`` chosen rows, one per acting agent (in ``cands.acting`` order)."""
         return cands.greedy
 
+    def select_column(self, table: CandidateTable,
+                      generator: Optional[torch.Generator] = None) -> Tensor:
+        """``[k]`` column of ``table`` each acting agent chooses; by default
+        :meth:`select` on ``table.candidates()``."""
+        return table.column(self.select(table.candidates(), generator))
+
     def __repr__(self) -> str:
         return f"{self.__class__.__name__}()"
 
 
 class Greedy(Selector):
     """The greedy choice: the candidate of highest value."""
+
+    def select_column(self, table: CandidateTable,
+                      generator: Optional[torch.Generator] = None) -> Tensor:
+        return table.greedy
 
 
 class EpsilonGreedy(Selector):
@@ -87,6 +127,18 @@ class EpsilonGreedy(Selector):
             0, seg, torch.where(key == best[seg], pos, c.numel()), reduce="amin")
         return torch.where(explore, c[pick[acting]], cands.greedy)
 
+    def select_column(self, table: CandidateTable,
+                      generator: Optional[torch.Generator] = None) -> Tensor:
+        """As :meth:`select`, on the table: the random candidate is the valid entry with
+        the largest random key."""
+        if self.epsilon <= 0:
+            return table.greedy
+        k, S = table.rows.shape
+        device = table.rows.device
+        explore = torch.rand(k, generator=generator).to(device) < self.epsilon
+        key = torch.rand(k, S, generator=generator).to(device).masked_fill_(~table.valid, -1.0)
+        return torch.where(explore, key.argmax(1), table.greedy)
+
     def __repr__(self) -> str:
         return f"{self.__class__.__name__}(epsilon={self.epsilon})"
 
@@ -111,6 +163,10 @@ class Forced(Selector):
 
     def select(self, cands: Candidates, generator: Optional[torch.Generator] = None) -> Tensor:
         return self.rows[cands.acting]
+
+    def select_column(self, table: CandidateTable,
+                      generator: Optional[torch.Generator] = None) -> Tensor:
+        return table.column(self.rows[table.acting])
 
 
 def forced_rows(index: UnitIndex, actions: Tensor) -> Tensor:

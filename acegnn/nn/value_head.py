@@ -1,7 +1,7 @@
 """Value encoder: fc + ReLU per unit, pooling over the units of a graph, fc to V."""
 from __future__ import annotations
 
-from typing import NamedTuple, Tuple
+from typing import NamedTuple, Optional, Tuple
 
 import torch
 from torch import Tensor, nn
@@ -67,6 +67,29 @@ class ValueHead(nn.Module):
         """Per-unit 'fc-relu' of the value encoder ``[U, H] -> [U, H]``."""
         return self.unit_mlp(units)
 
+    # unit_hidden(e) == hidden_of_pre(pre_hidden(e)), and the first fc is linear:
+    # pre_hidden(e + m) == pre_hidden(e) + message_pre(m).
+    def pre_hidden(self, units: Tensor) -> Tensor:
+        """Pre-activation of the first fc of :meth:`unit_hidden`: ``W e + b``."""
+        return self.unit_mlp[0](units)
+
+    def message_pre(self, messages: Tensor) -> Tensor:
+        """What adding ``messages`` to unit embeddings adds to :meth:`pre_hidden`: ``W m``."""
+        return messages.matmul(self.unit_mlp[0].weight.t())
+
+    def hidden_of_pre(self, pre: Tensor) -> Tensor:
+        """The rest of :meth:`unit_hidden` after its first fc (``pre`` is not changed)."""
+        h = torch.relu(pre)
+        for i in range(2, len(self.unit_mlp)):
+            h = self.unit_mlp[i](h)
+        return h
+
+    @property
+    def linear_readout(self) -> bool:
+        """V is affine in every unit's hidden row: sum or mean pooling into a single fc
+        (``layers=1``). Then ``V = w^T pool(h) + c`` needs only the scalars ``w^T h_j``."""
+        return self.layers == 1 and self.pool in ("sum", "mean")
+
     def forward(self, units: Tensor, index: UnitIndex) -> Tensor:
         """V of whole SE-states from their unit embeddings ``[U, H]`` -> ``[B]``."""
         h = self.unit_hidden(units)
@@ -91,10 +114,11 @@ class ValueHead(nn.Module):
         return self.out(torch.cat(pooled, dim=-1)).squeeze(-1)
 
     # Candidate evaluation without re-encoding ---------------------------------------
-    def pool_base(self, units: Tensor, index: UnitIndex, hidden: Tensor = None) -> PoolBase:
+    def pool_base(self, units: Optional[Tensor], index: UnitIndex,
+                  hidden: Optional[Tensor] = None) -> PoolBase:
         """Statistics of the current SE-state that candidates reuse.
 
-        ``hidden`` may pass precomputed ``unit_hidden(units)``.
+        ``hidden`` may pass precomputed ``unit_hidden(units)`` (``units`` is then not read).
         """
         h = self.unit_hidden(units) if hidden is None else hidden
         B, alive = index.num_graphs, index.unit_alive
@@ -126,19 +150,30 @@ class ValueHead(nn.Module):
         C = graph.numel()
         has_t = rows.has_target
         new = self.unit_hidden(torch.cat([rows.actor_emb, rows.target_emb[has_t]]))
-        h_a, h_t = new[:C], new.new_zeros(C, self.hidden)
+        h_t = new.new_zeros(C, self.hidden)
         h_t[has_t] = new[C:]
+        return self.hidden_values(base, index, graph, rows.actor, new[:C], rows.target, h_t, has_t)
+
+    def hidden_values(self, base: PoolBase, index: UnitIndex, graph: Tensor, actor: Tensor,
+                      h_actor: Tensor, target: Tensor, h_target: Tensor,
+                      has_target: Tensor) -> Tensor:
+        """:meth:`candidate_values` from the new hidden rows of the changed units: the
+        actor's ``h_actor`` ``[C, H]`` at flat row ``actor`` ``[C]``, and where
+        ``has_target`` ``[C]`` the target's ``h_target`` at row ``target`` (any valid row
+        elsewhere)."""
+        C = graph.numel()
+        has_t, h_a, h_t = has_target, h_actor, h_target
         pool_t = has_t
-        old_a = base.hidden[rows.actor]
+        old_a = base.hidden[actor]
         if index.unit_alive is not None:
-            pool_a = index.unit_alive[rows.actor].unsqueeze(-1)
-            pool_t = has_t & index.unit_alive[rows.target]
+            pool_a = index.unit_alive[actor].unsqueeze(-1)
+            pool_t = has_t & index.unit_alive[target]
             h_a_sum, old_a = h_a * pool_a.to(h_a.dtype), old_a * pool_a.to(h_a.dtype)
             h_a_max = h_a.masked_fill(~pool_a, float("-inf"))
         else:
             h_a_sum = h_a_max = h_a
-        old_t = base.hidden[rows.target] * pool_t.unsqueeze(-1).to(new.dtype)
-        h_t_sum = h_t * pool_t.unsqueeze(-1).to(new.dtype)
+        old_t = base.hidden[target] * pool_t.unsqueeze(-1).to(h_a.dtype)
+        h_t_sum = h_t * pool_t.unsqueeze(-1).to(h_a.dtype)
         pooled = []
         for r in self.reduces:
             if r in ("sum", "mean"):
@@ -148,8 +183,8 @@ class ValueHead(nn.Module):
                 pooled.append(total)
             else:
                 start = index.unit_ptr[graph]
-                pos_a = (rows.actor - start).view(C, 1, 1)
-                pos_t = torch.where(has_t, rows.target - start, torch.full_like(start, -1)).view(C, 1, 1)
+                pos_a = (actor - start).view(C, 1, 1)
+                pos_t = torch.where(has_t, target - start, torch.full_like(start, -1)).view(C, 1, 1)
                 top, top_pos = base.top[graph], base.top_pos[graph]  # [C, k, H]
                 keep = (top_pos != pos_a) & (top_pos != pos_t)
                 rest = torch.where(keep, top, torch.full_like(top, float("-inf"))).amax(dim=1)
@@ -160,3 +195,112 @@ class ValueHead(nn.Module):
 
     def __repr__(self) -> str:
         return f"{self.__class__.__name__}({self.hidden}, pool={self.pool}, layers={self.layers})"
+
+
+class SuccessorValues:
+    r"""V of the candidate successors of one SE-state after another, as a decision with
+    rollout needs them, without re-encoding and without an ``H x H`` product per step.
+
+    It keeps the pre-activations ``W e_j + b`` of the value encoder's first fc for every
+    unit of the current SE-state. Messages are added to unit embeddings and the fc is
+    linear, so a successor's changed row reads ``pre[j] + W m``: every message of the
+    batch is transformed once (:meth:`ValueHead.message_pre`), and a step only gathers,
+    adds and applies the ReLU (and the later layers of a deeper unit MLP). With a
+    :attr:`ValueHead.linear_readout` it keeps one scalar per unit, ``w^T h_j``, and the
+    per-graph sums of the pooled ones; otherwise the hidden rows, pooled by
+    :meth:`ValueHead.pool_base` and :meth:`ValueHead.hidden_values`.
+
+    Rows are flat unit rows plus a spare row ``num_units`` that takes the writes of
+    candidates that change no target (it is never pooled). Without autograd (acting,
+    targets) the state is updated in place.
+
+    Args:
+        head (ValueHead): The value encoder.
+        units (Tensor): ``[U, H]`` unit embeddings of the first SE-state.
+        index (UnitIndex): The batch's indexing.
+        messages (Tensor): ``[M, H]`` every message a candidate may add (the rows of
+            :func:`acegnn.nn.se_state.message_table`).
+
+    Shapes (of :meth:`values`, ``c`` agents with ``S`` candidates each):
+        - **read, write, msg, pool:** ``[c, 2, S]``: per candidate its actor (``[:, 0]``)
+          and target (``[:, 1]``) rows to read and to write, message rows, and whether
+          the new row is pooled (alive; ``False`` for a target that is not changed).
+        - **extra:** ``[c, S]`` or ``None``: a second message on the actor row (a passive
+          message to the actor itself).
+        - **output:** ``[c, S]``.
+    """
+
+    def __init__(self, head: ValueHead, units: Tensor, index: UnitIndex, messages: Tensor) -> None:
+        self.head, self.index = head, index
+        self.pre = head.pre_hidden(torch.cat([units, units.new_zeros(1, units.size(1))]))
+        self.msg = head.message_pre(messages)
+        self.inplace = not (torch.is_grad_enabled() and (self.pre.requires_grad
+                                                         or self.msg.requires_grad))
+        self.scalar = head.linear_readout
+        h = head.hidden_of_pre(self.pre)
+        B, U, alive = index.num_graphs, index.num_units, index.unit_alive
+        if self.scalar:
+            fc = head.out[0]
+            self.bias = fc.bias[0]
+            self.score = h.matmul(fc.weight[0])  # [U + 1] w^T h_j
+            pooled = self.score[:U] if alive is None else self.score[:U] * alive.to(h.dtype)
+            self.total = h.new_zeros(B).index_add(0, index.unit_batch, pooled)
+            self.count = None
+            if head.pool == "mean":
+                count = index.unit_count if alive is None else \
+                    torch.bincount(index.unit_batch[alive], minlength=B)
+                self.count = count.clamp(min=1).to(h.dtype)
+        else:
+            self.hidden = h
+        self._last = None
+
+    def _put(self, t: Tensor, rows: Tensor, new: Tensor) -> Tensor:
+        return t.index_copy_(0, rows, new) if self.inplace else t.index_copy(0, rows, new)
+
+    def values(self, graph: Tensor, read: Tensor, msg: Tensor, extra: Optional[Tensor],
+               write: Tensor, pool: Tensor) -> Tensor:
+        """V of the successors ``[c, S]`` of the current SE-state; ``graph`` ``[c]`` is
+        the graph of each acting agent. :meth:`advance` then moves to chosen ones."""
+        c, _, S = read.shape
+        H = self.pre.size(1)
+        rows = read.reshape(-1)
+        pre = self.pre.index_select(0, rows).add_(self.msg.index_select(0, msg.reshape(-1)))
+        pre = pre.view(c, 2, S, H)
+        if extra is not None:
+            pre[:, 0] += self.msg.index_select(0, extra.reshape(-1)).view(c, S, H)
+        h = self.head.hidden_of_pre(pre)
+        if self.scalar:
+            score = h.matmul(self.head.out[0].weight[0])  # [c, 2, S]
+            change = (score - self.score.index_select(0, rows).view(c, 2, S)).mul_(pool).sum(1)
+            total = self.total.index_select(0, graph).unsqueeze(1) + change  # [c, S]
+            if self.count is not None:
+                total = total.div_(self.count.index_select(0, graph).unsqueeze(1))
+            self._last = (pre, score, change, write, graph)
+            return total.add_(self.bias)
+        index = self.index
+        base = self.head.pool_base(None, index, self.hidden[:index.num_units])
+        both = read.transpose(0, 1).reshape(2, -1)
+        v = self.head.hidden_values(base, index, graph.repeat_interleave(S), both[0],
+                                    h[:, 0].reshape(-1, H), both[1], h[:, 1].reshape(-1, H),
+                                    write[:, 1].reshape(-1) != index.num_units)
+        self._last = (pre, h, None, write, graph)
+        return v.view(c, S)
+
+    def advance(self, col: Tensor) -> None:
+        """Move every acting agent's SE-state to its successor in column ``col`` ``[c]``
+        of the last :meth:`values`."""
+        pre, new, change, write, graph = self._last
+        c, _, S = write.shape
+        H = pre.size(-1)
+        entry = torch.arange(0, c * S, S, device=col.device).add_(col)  # [c] in [c, S]
+        both = (entry + torch.arange(0, c * S, S, device=col.device)).unsqueeze(1)
+        both = torch.cat([both, both + S], 1).view(-1)  # [2c] actor, target in [c, 2, S]
+        rows = write.reshape(-1).index_select(0, both)
+        self.pre = self._put(self.pre, rows, pre.reshape(-1, H).index_select(0, both))
+        if self.scalar:
+            self.score = self._put(self.score, rows, new.reshape(-1).index_select(0, both))
+            step = change.reshape(-1).index_select(0, entry)
+            self.total = self.total.index_add_(0, graph, step) if self.inplace else \
+                self.total.index_add(0, graph, step)
+        else:
+            self.hidden = self._put(self.hidden, rows, new.reshape(-1, H).index_select(0, both))
