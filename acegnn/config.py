@@ -191,12 +191,14 @@ def restore(path: str, env_overrides: Sequence[str] = ()):
         learner = make_learner(cfg, task)
         try:
             learner.load_state_dict(state["learner"])
-        except RuntimeError as e:  # tensor sizes: a baseline's networks are sized per task
+        except (RuntimeError, ValueError) as e:  # a baseline's networks are sized per task
             if not env_overrides:
                 raise
-            first = str(e).strip().splitlines()[-1].strip()
+            lines = [ln.strip() for ln in str(e).splitlines() if "size mismatch" in ln]
+            first = lines[0] if lines else str(e).strip().splitlines()[-1].strip()
             raise ValueError(f"the {cfg.algo.name} networks of {path} do not fit the task with "
-                             f"{list(env_overrides)}: {first}") from None
+                             f"{list(env_overrides)} ({len(lines)} tensors differ), e.g. "
+                             f"{first}") from None
     except BaseException:
         task.close()
         raise
