@@ -13,7 +13,7 @@ from torch import Tensor
 from torch_geometric.data import Batch, HeteroData
 
 from acegnn.graph.index import (UnitIndex, check_available, check_features,
-                                compute_unit_index, state_flags)
+                                compute_unit_index, state_flags, store_of)
 from acegnn.graph.schema import ACTION, EdgeType, GraphSchema
 
 
@@ -143,7 +143,7 @@ class DenseLayout:
     def _entry(self, batch: Batch) -> Optional[dict]:
         """The cache entry of a batch's size if the batch still holds its shared tensors
         and none of them was written to since (then the entry is dropped)."""
-        key = (int(batch.num_graphs), str(batch[ACTION].kind.device))
+        key = (int(batch.num_graphs), str(store_of(batch, ACTION).kind.device))
         tiles = self._tiles.get(key)
         if tiles is None:
             return None
@@ -151,7 +151,7 @@ class DenseLayout:
             del self._tiles[key]  # written in place: no batch may reuse it
             return None
         for store, held in tiles["by_store"]:
-            mapping = batch[store]._mapping
+            mapping = store_of(batch, store)._mapping
             if any(mapping.get(attr) is not tensor for attr, tensor, _ in held):
                 return None
         return tiles
@@ -167,7 +167,7 @@ class DenseLayout:
             idx = tiles["index"] = compute_unit_index(self.schema, batch, check=False)
         if check:
             check_features(self.schema, batch)
-        available = batch[ACTION].available.bool()
+        available = store_of(batch, ACTION).available.bool()
         if check:
             check_available(idx, available)
         return idx._replace(action_available=available,

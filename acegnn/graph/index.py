@@ -44,6 +44,14 @@ class UnitIndex(NamedTuple):
         return int(self.agents.numel())
 
 
+def store_of(batch: Batch, key):
+    """``batch[key]`` of a node type or an edge type the batch has, without PyG's key
+    resolution (some microseconds a lookup, and a rollout makes dozens)."""
+    stores = batch.__dict__.get("_edge_store_dict" if isinstance(key, tuple) else "_node_store_dict")
+    store = None if stores is None else stores.get(key)
+    return batch[key] if store is None else store
+
+
 def _ptr(store, num_graphs: int, device) -> Tensor:
     ptr = getattr(store, "ptr", None)
     if ptr is None:  # a graph type with no node in any graph may lack ptr
@@ -184,17 +192,18 @@ def state_flags(schema: GraphSchema, batch: Batch, flat: Dict[str, Tensor], agen
     * ``agent_key`` ``[num_agents]`` from the agent types' ``order_key`` (``None`` when
       they have none): the decision order ``"sorted"`` sorts a graph's agents by it.
     """
-    typed = [t for t in schema.node_types if "alive" in batch[t]]
+    stores = {t: store_of(batch, t) for t in schema.node_types}
+    typed = [t for t, store in stores.items() if "alive" in store]
     alive = None
     if typed:
         alive = torch.ones(num_units, dtype=torch.bool, device=agents.device)
         for t in typed:
-            flags = batch[t].alive
+            flags = stores[t].alive
             if flags.shape != flat[t].shape:
                 raise ValueError(f"node type '{t}' has alive flags of shape {tuple(flags.shape)}; "
                                  f"it has {flat[t].numel()} units")
             alive[flat[t]] = flags.bool()
-    keyed = [t for t in schema.agent_types if "order_key" in batch[t]]
+    keyed = [t for t in schema.agent_types if "order_key" in stores[t]]
     key = None
     if keyed:
         if len(keyed) != len(schema.agent_types):
@@ -202,7 +211,7 @@ def state_flags(schema: GraphSchema, batch: Batch, flat: Dict[str, Tensor], agen
                              f"of {list(schema.agent_types)}")
         key = torch.empty(agents.numel(), dtype=torch.float64, device=agents.device)
         for t in keyed:
-            k = batch[t].order_key
+            k = stores[t].order_key
             if k.shape != flat[t].shape:
                 raise ValueError(f"node type '{t}' has order keys of shape {tuple(k.shape)}; it "
                                  f"has {flat[t].numel()} units")

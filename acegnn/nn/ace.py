@@ -7,7 +7,7 @@ from typing import Optional, Union
 from torch import Tensor, nn
 from torch_geometric.data import Batch, HeteroData
 
-from acegnn.graph.index import unit_index
+from acegnn.graph.index import store_of, unit_index
 from acegnn.graph.schema import GraphSchema
 from acegnn.graph.state import as_batch
 from acegnn.nn.action_encoder import ActionEncoder
@@ -99,10 +99,12 @@ class ACENetwork(nn.Module):
         """
         batch = as_batch(data)
         index = unit_index(self.schema, batch, check=check)
-        x_dict = {t: batch[t].x for t in self.schema.node_types}
-        ei = {et: batch[et].edge_index for et in self.schema.edge_types}
-        ea = {et: batch[et].edge_attr for et in self.schema.edge_types}
-        alive = {t: batch[t].alive for t in self.schema.node_types if "alive" in batch[t]}
+        nodes = {t: store_of(batch, t) for t in self.schema.node_types}
+        edges = {et: store_of(batch, et) for et in self.schema.edge_types}
+        x_dict = {t: store.x for t, store in nodes.items()}
+        ei = {et: store.edge_index for et, store in edges.items()}
+        ea = {et: store.edge_attr for et, store in edges.items()}
+        alive = {t: store.alive for t, store in nodes.items() if "alive" in store}
         h = self.unit_encoder(x_dict, ei, ea, alive)
         first = h[self.schema.node_type_names[0]]
         units = first.new_empty(index.num_units, self.hidden)

@@ -93,11 +93,10 @@ def apply_actions(units: Tensor, enc: EncodedState, actions: Tensor,
                   table: Optional[Tensor] = None) -> Tensor:
     """Unit embeddings after adding the messages of ``actions`` (out of place);
     ``table`` as in :func:`action_messages`."""
-    m = action_messages(enc, actions, table)
-    has = m.target >= 0
-    rows = torch.cat([m.actor, m.target[has]])
-    msgs = torch.cat([m.active, m.passive[has]])
-    return units.index_add(0, rows, msgs)
+    r = message_routes(enc, actions)
+    table = message_table(enc) if table is None else table
+    out = units.index_add(0, r.actor, table[r.active])
+    return out.index_add_(0, r.target.clamp(min=0), table[r.passive])  # the zero row where none
 
 
 class CandidateRows(NamedTuple):

@@ -3,7 +3,10 @@
 The message-passing step is picked by name from :data:`UNIT_CONVS`; register your own
 with :func:`register_unit_conv`. A step takes the node embeddings ``h_dict``, the
 ``edge_index_dict`` and the edge embeddings ``edge_emb_dict`` (all of width
-``hidden``) and returns new node embeddings of the same shapes.
+``hidden``) and returns new node embeddings of the same shapes. The edges of units that
+are not alive are removed before the step; a step with ``masks_edges = True`` instead
+gets every edge and an ``edge_keep_dict`` (``{e: [E_e]}`` bool) and must ignore the
+edges it marks ``False``.
 """
 from __future__ import annotations
 
@@ -12,7 +15,6 @@ from typing import Callable, Dict, Optional, Type
 import torch
 from torch import Tensor, nn
 from torch_geometric.nn import GATv2Conv, HeteroConv, TransformerConv
-from torch_geometric.utils import scatter
 
 from acegnn.graph.schema import EdgeType, GraphSchema
 
@@ -66,6 +68,8 @@ class MeanEdgeConv(nn.Module):
     Units without incoming edges keep their node embedding.
     """
 
+    masks_edges = True  # dropped edges are sent to a spare row, see forward
+
     def __init__(self, schema: GraphSchema, hidden: int) -> None:
         super().__init__()
         self.schema = schema
@@ -75,16 +79,28 @@ class MeanEdgeConv(nn.Module):
         pass
 
     def forward(self, h_dict: Dict[str, Tensor], edge_index_dict: Dict[EdgeType, Tensor],
-                edge_emb_dict: Dict[EdgeType, Tensor]) -> Dict[str, Tensor]:
-        total = {t: torch.zeros_like(h) for t, h in h_dict.items()}
-        count = {t: h.new_zeros(h.size(0), 1) for t, h in h_dict.items()}
-        for et, ei in edge_index_dict.items():  # sum per edge type: no concatenated copy
-            dst, n = ei[1], h_dict[et[2]].size(0)
-            total[et[2]] = total[et[2]] + scatter(edge_emb_dict[et], dst, dim=0, dim_size=n,
-                                                  reduce="sum")
-            count[et[2]] = count[et[2]] + scatter(torch.ones_like(dst, dtype=h_dict[et[2]].dtype)
-                                                  .unsqueeze(-1), dst, dim=0, dim_size=n)
-        return {t: h + total[t] / count[t].clamp(min=1) for t, h in h_dict.items()}
+                edge_emb_dict: Dict[EdgeType, Tensor],
+                edge_keep_dict: Optional[Dict[EdgeType, Tensor]] = None) -> Dict[str, Tensor]:
+        # one sum over every edge type into a spare row past the units, which takes the
+        # edges that edge_keep_dict drops: no filtered copy of the edges
+        total = {t: h.new_zeros(h.size(0) + 1, h.size(1)) for t, h in h_dict.items()}
+        count: Dict[str, Tensor] = {}
+        for et, ei in edge_index_dict.items():
+            t = et[2]
+            dst, n = ei[1], h_dict[t].size(0)
+            if edge_keep_dict is not None and et in edge_keep_dict:
+                dst = torch.where(edge_keep_dict[et], dst, n)
+            total[t].index_add_(0, dst, edge_emb_dict[et])
+            c = torch.bincount(dst, minlength=n + 1)
+            count[t] = c if t not in count else count[t] + c
+        out = {}
+        for t, h in h_dict.items():
+            if t not in count:
+                out[t] = h
+                continue
+            mean = total[t][:-1] / count[t][:-1].clamp(min=1).unsqueeze(-1).to(h.dtype)
+            out[t] = h + mean
+        return out
 
     def __repr__(self) -> str:
         return f"{self.__class__.__name__}({self.hidden})"
@@ -177,6 +193,7 @@ class UnitEncoder(nn.Module):
         h_dict = {t: self.node_encoders[t](x_dict[t]) for t in self.schema.node_types}
         ei = {et: edge_index_dict[et] for et in self.schema.edge_types}
         ea = {et: edge_attr_dict[et] for et in self.schema.edge_types}
+        keep_dict = {}
         if alive_dict:
             for et, e in ei.items():
                 keep = None
@@ -185,8 +202,14 @@ class UnitEncoder(nn.Module):
                         k = alive_dict[t][e[end]]
                         keep = k if keep is None else keep & k
                 if keep is not None:
-                    ei[et], ea[et] = e[:, keep], ea[et][keep]  # [2, E_alive]
+                    keep_dict[et] = keep
+        masks = getattr(self.conv, "masks_edges", False)
+        if not masks:
+            for et, keep in keep_dict.items():
+                ei[et], ea[et] = ei[et][:, keep], ea[et][keep]  # [2, E_alive]
         edge_emb = {et: self.edge_encoders[edge_key(et)](ea[et]) for et in self.schema.edge_types}
+        if masks:
+            return self.conv(h_dict, ei, edge_emb, keep_dict)
         return self.conv(h_dict, ei, edge_emb)
 
     def __repr__(self) -> str:

@@ -1,0 +1,158 @@
+"""The fast paths of the decision with rollout give the results of the plain ones.
+
+* a dense layout keeps the rollout's plan and candidate routes per batch size: a batch
+  of it decides as the same batch indexed from scratch, also when availability and
+  alive flags change from one batch to the next;
+* acting (no autograd, state updated in place) values as learning does (autograd);
+* the value encoder's linear-readout shortcut (one scalar per unit) values as the
+  general path (pooled hidden vectors) does;
+* the unit encoder's masked mean over edges equals dropping the edges of dead units;
+* a selector that only knows flat candidates chooses as one that reads the table.
+"""
+import pytest
+import torch
+
+from acegnn.envs.smac.units import SMAX_ACTIONS, BattleSpec, UnitStats, battle_graphs, battle_schema
+from acegnn.envs.synthetic import random_state, smac_like_schema
+from acegnn.graph import collate
+from acegnn.graph.dense import layout_of
+from acegnn.nn import ACENetwork, EpsilonGreedy, Forced, Greedy, Selector
+from acegnn.nn.selectors import CandidateTable
+
+SPEC = BattleSpec(3, 4, (32.0, 32.0), SMAX_ACTIONS,
+                  UnitStats(attack_range=(6.0,) * 9, sight_range=(9.0,) * 9))
+
+
+def battles(B, seed):
+    """Random battle observations: some units dead, attacks available in range."""
+    g = torch.Generator().manual_seed(seed)
+    U = SPEC.n_units
+    units = torch.zeros(B, U, 7)
+    units[..., 0] = 0  # marines
+    units[..., 1:3] = 16 + 8 * torch.rand(B, U, 2, generator=g)
+    units[..., 3] = torch.rand(B, U, generator=g)
+    units[..., 5] = torch.rand(B, U, generator=g)
+    units[..., 6] = (torch.rand(B, U, generator=g) > 0.25).float()
+    units[0, :, 6] = 1.0  # one battle with every unit alive
+    avail = torch.rand(B, SPEC.n_allies, SPEC.slots, generator=g) > 0.4
+    dead = units[:, :SPEC.n_allies, 6] == 0
+    avail[dead] = False
+    avail[..., SMAX_ACTIONS.noop] |= dead
+    avail[~avail.any(-1)] = True
+    return battle_graphs(units, avail, SPEC)
+
+
+def unlaid(batch):
+    """The same batch without its dense layout: indexed and planned from scratch."""
+    out = batch.clone()
+    out.__dict__.pop("_dense_layout", None)
+    return out
+
+
+def same_rollout(a, b, exact=True):
+    for field in ("actions", "action_ids", "rank", "greedy_ids", "next_agent", "first_agent"):
+        assert torch.equal(getattr(a, field), getattr(b, field)), field
+    for field in ("candidate_values", "chosen_value", "max_value", "final_units"):
+        x, y = getattr(a, field), getattr(b, field)
+        assert torch.equal(x.isnan(), y.isnan()), field
+        if exact:
+            assert torch.equal(x.nan_to_num(), y.nan_to_num()), field
+        else:
+            assert torch.allclose(x.nan_to_num(), y.nan_to_num(), atol=1e-6), field
+
+
+@pytest.mark.parametrize("pool,layers", [("mean", 1), ("max", 1), ("mean", 2)])
+def test_layout_cache_decides_as_from_scratch(pool, layers):
+    torch.manual_seed(0)
+    net = ACENetwork(battle_schema(), hidden=32, pool=pool, layers=layers)
+    with torch.no_grad():
+        for seed in range(3):  # one size: the second and third batches reuse the plan
+            b = battles(5, seed)
+            assert layout_of(b, net.schema) is not None and layout_of(unlaid(b), net.schema) is None
+            for kw in ({}, {"selector": EpsilonGreedy(0.5)}, {"max_steps": 2}):
+                gen = [torch.Generator().manual_seed(seed) for _ in range(2)]
+                same_rollout(net.rollout(b, generator=gen[0], **kw),
+                             net.rollout(unlaid(b), generator=gen[1], **kw))
+            assert layout_of(b, net.schema).cached(b, ("rollout", True), lambda: None) is not None
+
+
+def test_acting_in_place_values_as_learning():
+    torch.manual_seed(1)
+    net = ACENetwork(battle_schema(), hidden=32)
+    b = battles(4, 1)
+    with torch.no_grad():
+        acted = net.rollout(b)
+    learned = net.rollout(b)
+    assert learned.chosen_value.requires_grad
+    same_rollout(acted, learned)
+    forced = Forced(acted.actions)
+    for values in ("chosen", "successors"):
+        with torch.no_grad():
+            a = net.rollout(b, selector=forced, values=values)
+        same_rollout(a, net.rollout(b, selector=forced, values=values))
+
+
+@pytest.mark.parametrize("pool", ["mean", "sum"])
+def test_linear_readout_shortcut_values_as_pooled_vectors(pool, monkeypatch):
+    from acegnn.nn.value_head import ValueHead
+
+    torch.manual_seed(2)
+    schema = smac_like_schema()
+    g = torch.Generator().manual_seed(0)
+    b = collate([random_state(schema, na, ne, g, mask_prob=0.3) for na, ne in [(3, 2), (2, 4)]])
+    net = ACENetwork(schema, hidden=16, pool=pool)
+    assert net.value_head.linear_readout
+    fast = net.rollout(b, order="random", generator=torch.Generator().manual_seed(0))
+    monkeypatch.setattr(ValueHead, "linear_readout", property(lambda self: False))
+    plain = net.rollout(b, order=fast.rank, selector=Forced(fast.actions))
+    same_rollout(fast, plain, exact=False)
+
+
+@pytest.mark.parametrize("conv", ["ace"])
+def test_masked_edge_mean_equals_dropped_edges(conv):
+    torch.manual_seed(3)
+    net = ACENetwork(battle_schema(), hidden=16, conv=conv)
+    b = battles(3, 2)
+    masked = net.encode(b).units
+    net.unit_encoder.conv.masks_edges = False  # drop the edges of dead units instead
+    dropped = net.encode(b).units
+    assert torch.allclose(masked, dropped, atol=1e-6)
+
+
+class FlatGreedy(Selector):
+    """Greedy through the flat candidates only (the default select_column)."""
+
+    def select(self, cands, generator=None):
+        vmax = torch.full((cands.num_agents,), float("-inf")).scatter_reduce(
+            0, cands.agent, cands.values, reduce="amax")
+        first = torch.full((cands.num_agents,), cands.rows.numel()).scatter_reduce(
+            0, cands.agent, torch.where(cands.values == vmax[cands.agent],
+                                        torch.arange(cands.rows.numel()), cands.rows.numel()),
+            reduce="amin")
+        return cands.rows[first[cands.acting]]
+
+
+def test_flat_selectors_choose_as_table_selectors():
+    torch.manual_seed(4)
+    schema = smac_like_schema()
+    g = torch.Generator().manual_seed(1)
+    b = collate([random_state(schema, na, ne, g, mask_prob=0.4) for na, ne in [(3, 2), (2, 4), (1, 1)]])
+    net = ACENetwork(schema, hidden=16)
+    same_rollout(net.rollout(b, selector=Greedy()), net.rollout(b, selector=FlatGreedy()))
+
+
+def test_candidate_table_round_trip_and_uniform_exploration():
+    rows = torch.tensor([[3, 4, 6, 3], [7, 8, 9, 10]])
+    valid = torch.tensor([[True, False, True, False], [True, True, True, True]])
+    values = torch.tensor([[0.5, 9.0, 0.7, 9.0], [1.0, 0.0, 1.0, -1.0]])
+    table = CandidateTable(rows, values, valid, torch.tensor([0, 2]), torch.tensor([2, 0]), 3)
+    flat = table.candidates()
+    assert flat.rows.tolist() == [3, 6, 7, 8, 9, 10] and flat.agent.tolist() == [0, 0, 2, 2, 2, 2]
+    assert flat.greedy.tolist() == [6, 7]
+    assert table.column(torch.tensor([6, 9])).tolist() == [2, 2]
+    gen = torch.Generator().manual_seed(0)
+    cols = torch.stack([EpsilonGreedy(1.0).select_column(table, gen) for _ in range(4000)])
+    assert set(cols[:, 0].tolist()) == {0, 2}  # never an entry that is not a candidate
+    freq = torch.bincount(cols[:, 1], minlength=4).float() / cols.size(0)
+    assert torch.allclose(freq, torch.full((4,), 0.25), atol=0.03)
+    assert torch.equal(EpsilonGreedy(0.0).select_column(table, gen), table.greedy)
