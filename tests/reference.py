@@ -5,6 +5,7 @@ graph at a time, one candidate at a time, plain loops and matrix products.
 """
 from __future__ import annotations
 
+import math
 from typing import List, Sequence
 
 import torch
@@ -38,10 +39,96 @@ def alive_units(net, d: HeteroData) -> Tensor:
     return torch.cat([alive_of(d, t) for t in net.schema.node_types])
 
 
+def lin(m, x: Tensor) -> Tensor:
+    """A linear layer by hand: ``x W^T (+ b)``."""
+    y = x @ m.weight.T
+    return y if m.bias is None else y + m.bias
+
+
+def softmax(scores: Tensor) -> Tensor:
+    """Softmax of a 1-d tensor by hand."""
+    e = torch.exp(scores - scores.max())
+    return e / e.sum()
+
+
+def gatv2_message(conv, x_src: Tensor, x_j: Tensor, src: Tensor, emb: Tensor) -> Tensor:
+    """PyG ``GATv2Conv`` output at one destination ``x_j`` (no self loops).
+
+    Per head ``k``, over the live edges ``i -> j`` with edge embedding ``e_ij``:
+    ``a_ij = att_k . leaky_relu(W_r x_j + W_l x_i + W_e e_ij)``, softmax over ``i``,
+    ``out_k = sum_i a_ij W_l x_i``; heads concatenated, plus the bias."""
+    if conv.add_self_loops or conv.res is not None or not conv.concat or conv.dropout > 0:
+        raise NotImplementedError("the reference covers GATv2Conv as GATv2UnitConv builds it")
+    H, C = conv.heads, conv.out_channels
+    right = lin(conv.lin_r, x_j)
+    out = []
+    for k in range(H):
+        cols = slice(k * C, (k + 1) * C)
+        scores, values = [], []
+        for e, i in enumerate(src.tolist()):
+            left = lin(conv.lin_l, x_src[i])[cols]
+            z = right[cols] + left
+            if conv.lin_edge is not None:
+                z = z + (emb[e] @ conv.lin_edge.weight.T)[cols]
+            z = torch.where(z > 0, z, conv.negative_slope * z)
+            scores.append((z * conv.att[0, k]).sum())
+            values.append(left)
+        if scores:
+            a = softmax(torch.stack(scores))
+            out.append((a.unsqueeze(-1) * torch.stack(values)).sum(0))
+        else:  # no incoming edge: nothing to attend to
+            out.append(x_j.new_zeros(C))
+    out = torch.cat(out)
+    return out if conv.bias is None else out + conv.bias
+
+
+def transformer_message(conv, x_src: Tensor, x_j: Tensor, src: Tensor, emb: Tensor) -> Tensor:
+    """PyG ``TransformerConv`` output at one destination ``x_j``.
+
+    Per head ``k``, over the live edges ``i -> j``: ``q = W_q x_j``,
+    ``k_i = W_k x_i + W_e e_ij``, ``v_i = W_v x_i + W_e e_ij``,
+    ``a_ij = softmax_i(q . k_i / sqrt(C))``, ``out_k = sum_i a_ij v_i``; heads
+    concatenated, then the root weight ``+ W_skip x_j`` (or the ``beta`` gate)."""
+    if not conv.concat or conv.dropout > 0:
+        raise NotImplementedError("the reference covers TransformerConv as TransformerUnitConv builds it")
+    H, C = conv.heads, conv.out_channels
+    query = lin(conv.lin_query, x_j)
+    out = []
+    for k in range(H):
+        cols = slice(k * C, (k + 1) * C)
+        scores, values = [], []
+        for e, i in enumerate(src.tolist()):
+            edge = (emb[e] @ conv.lin_edge.weight.T)[cols] if conv.lin_edge is not None else 0.0
+            key = lin(conv.lin_key, x_src[i])[cols] + edge
+            scores.append((query[cols] * key).sum() / math.sqrt(C))
+            values.append(lin(conv.lin_value, x_src[i])[cols] + edge)
+        if scores:
+            a = softmax(torch.stack(scores))
+            out.append((a.unsqueeze(-1) * torch.stack(values)).sum(0))
+        else:
+            out.append(x_j.new_zeros(C))
+    out = torch.cat(out)
+    if conv.root_weight:
+        skip = lin(conv.lin_skip, x_j)
+        if conv.lin_beta is not None:
+            beta = torch.sigmoid(torch.cat([out, skip, out - skip]) @ conv.lin_beta.weight.T)
+            out = beta * skip + (1 - beta) * out
+        else:
+            out = out + skip
+    return out
+
+
+PYG_MESSAGES = {"gatv2": gatv2_message, "transformer": transformer_message}
+
+
 def encode_units(net, d: HeteroData) -> Tensor:
     """Unit embeddings of one graph, units in schema type order. ``[U, H]``
 
-    Edges from or to a unit that is not alive carry no message."""
+    Edges from or to a unit that is not alive carry no message. ``ace``: node embedding
+    plus the mean of the incoming edge embeddings. ``gatv2`` / ``transformer``: PyG's
+    layer per edge type computed by hand (:func:`gatv2_message`,
+    :func:`transformer_message`, weights read from the library's layers), summed over
+    the edge types into a unit, then ``h + relu(sum)``."""
     schema = net.schema
     if net.unit_encoder.conv_name == "ace":
         rows = []
@@ -60,12 +147,25 @@ def encode_units(net, d: HeteroData) -> Tensor:
                 incoming = torch.cat(incoming) if incoming else h.new_zeros(0, h.size(1))
                 rows.append(h[j] + incoming.mean(0) if incoming.size(0) > 0 else h[j])
         return torch.stack(rows)
-    x = {t: d[t].x for t in schema.node_types}
-    ei = {et: d[et].edge_index for et in schema.edge_types}
-    ea = {et: d[et].edge_attr for et in schema.edge_types}
-    alive = {t: alive_of(d, t) for t in schema.node_types}
-    h = net.unit_encoder(x, ei, ea, alive)
-    return torch.cat([h[t] for t in schema.node_types])
+    message = PYG_MESSAGES[net.unit_encoder.conv_name]
+    convs = net.unit_encoder.conv.conv.convs  # one PyG layer per edge type
+    h = {t: seq(net.unit_encoder.node_encoders[t], d[t].x) for t in schema.node_types}
+    rows = []
+    for t in schema.node_types:
+        into_t = [et for et in schema.edge_types if et[2] == t]
+        for j in range(h[t].size(0)):
+            if not into_t:  # no edge type ends at this node type: no message at all
+                rows.append(h[t][j])
+                continue
+            total = 0.0
+            for et in into_t:
+                ei, ea = d[et].edge_index, d[et].edge_attr
+                live = alive_of(d, et[0])[ei[0]] & alive_of(d, et[2])[ei[1]]
+                into_j = live & (ei[1] == j)
+                emb = seq(net.unit_encoder.edge_encoders["__".join(et)], ea[into_j])
+                total = total + message(convs[et], h[et[0]], h[t][j], ei[0, into_j], emb)
+            rows.append(h[t][j] + torch.clamp(total, min=0))
+    return torch.stack(rows)
 
 
 def unit_row(net, d: HeteroData, type_idx: int, local: int) -> int:

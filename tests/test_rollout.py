@@ -50,6 +50,49 @@ def test_matches_naive_reference(pool, conv):
     assert max_error_against_reference(net, states, ro) < 1e-5
 
 
+def no_library_encoder(monkeypatch):
+    """Make the library's unit encoder and PyG's attention layers fail if called."""
+    from torch_geometric.nn import GATv2Conv, TransformerConv
+
+    from acegnn.nn.unit_encoder import UnitEncoder, _PyGConv
+
+    def fail(*args, **kwargs):
+        raise AssertionError("the reference called the library's encoder")
+
+    for cls in (UnitEncoder, _PyGConv, GATv2Conv, TransformerConv):
+        monkeypatch.setattr(cls, "forward", fail)
+
+
+@pytest.mark.parametrize("heads", [1, 2])
+@pytest.mark.parametrize("conv", ["gatv2", "transformer"])
+def test_attention_convs_match_hand_written_layers(conv, heads, monkeypatch):
+    """The reference computes GATv2 and TransformerConv by hand (the library's encoder is
+    never called while it runs), with several heads and attention made sharp, so that
+    weights far from uniform are checked."""
+    torch.manual_seed(0)
+    schema, states = make_states(seed=9)
+    net = ACENetwork(schema, hidden=16, conv=conv, pool="mean_max", conv_kwargs={"heads": heads})
+    with torch.no_grad():
+        for layer in net.unit_encoder.conv.conv.convs.values():
+            (layer.att if conv == "gatv2" else layer.lin_query.weight).mul_(4.0)
+    b = collate(states)
+    library = net.encode(b).units
+    ro = net.rollout(b, order="random", selector=EpsilonGreedy(0.5),
+                     generator=torch.Generator().manual_seed(1))
+    no_library_encoder(monkeypatch)
+    with torch.no_grad():
+        by_hand = torch.cat([R.encode_units(net, d) for d in states])
+    # one graph after the other, units in schema type order within each: as the flat rows
+    assert torch.allclose(by_hand, library, atol=1e-5)
+    uniform = R.softmax
+    monkeypatch.setattr(R, "softmax", lambda s: torch.ones_like(s) / s.numel())
+    with torch.no_grad():  # the attention weights matter
+        assert not torch.allclose(torch.cat([R.encode_units(net, d) for d in states]), library,
+                                  atol=1e-3)
+    monkeypatch.setattr(R, "softmax", uniform)
+    assert max_error_against_reference(net, states, ro) < 1e-5
+
+
 @pytest.mark.parametrize("passive,layers", [(True, 1), (False, 1), (True, 3)])
 def test_matches_reference_with_and_without_passive(passive, layers):
     torch.manual_seed(1)

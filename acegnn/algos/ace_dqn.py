@@ -14,6 +14,29 @@ with :math:`V'` the target network, :math:`d` the termination flag (not set at a
 limit), and :math:`\gamma_{se} = \gamma` as in the paper's Eq. 1 or ``1`` when
 ``intermediate_discount`` is off. With ``double_q`` the online network selects the
 maximising action and the target network values it.
+
+``target="last_agent"`` is the official code's target instead (``SMACACEDQNPolicy.
+_forward_learn`` of opendilab/ACE, with ``nstep=1``): every SE-state of the step regresses
+to the one target of the last agent, without discount inside the step:
+
+.. math::
+    \hat V(s_{a_{1:i}}) = r + \gamma (1 - d)\, V'(s'_{a'_{1:n}}), \qquad i = 1, \dots, n,
+    \qquad a'_k = \arg\max_{a} \tilde V(s'_{a'_{1:k-1}, a})
+
+with :math:`a'` the greedy sequential decision at :math:`s'` of :math:`\tilde V`, the online
+network with ``double_q`` (as the official code always does) or :math:`V'` without.
+
+``aux_weight > 0`` adds the official code's auxiliary loss (its ``local_pred``): a head
+on the unit embeddings of the final SE-state :math:`s_{a_{1:n}}` predicts how every
+unit's node features change over the step,
+
+.. math::
+    \mathcal{L}_{aux} = \frac{1}{\sum_t N_t F_t} \sum_{t} \sum_{j \in t}
+        \left\lVert f_t\!\left(e_u(u_{j, a_{1:n}})\right) - (x'_j - x_j) \right\rVert^2
+
+over every unit ``j`` of every node type ``t`` (alive or not, as the official code), with
+:math:`f_t` fc + ReLU + fc per node type; the loss is
+:math:`\mathcal{L}_{TD} + w\,\mathcal{L}_{aux}`.
 """
 from __future__ import annotations
 
@@ -21,16 +44,19 @@ from dataclasses import dataclass
 from typing import Dict, NamedTuple, Optional
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 from torch_geometric.data import Batch
 
 from acegnn.algos.base import QLearner, QLearningConfig
+from acegnn.graph.index import UnitIndex, unit_index
 from acegnn.graph.schema import GraphSchema
 from acegnn.nn.ace import ACENetwork, ModelConfig
+from acegnn.nn.init import init_relu_layers
 from acegnn.nn.rollout import Rollout
 from acegnn.nn.selectors import EpsilonGreedy, Forced
 
 ORDERS = ("default", "random", "sorted")
+TARGETS = ("eq1", "last_agent")
 
 
 @dataclass
@@ -44,18 +70,57 @@ class ACEDQNConfig(QLearningConfig):
     """Agent order: ``default`` (the graph's), ``random`` (shuffled per sample, for both
     collection and training) or ``sorted`` (by a key the task gives each agent; battles:
     unit type, then position)."""
+    target: str = "eq1"
+    """Bellman target: ``eq1`` (the paper's, per SE-state) or ``last_agent`` (the official
+    code's: every SE-state of a step regresses to the last agent's target)."""
+    aux_weight: float = 0.0
+    """Weight of the official code's auxiliary loss, predicting every unit's feature change
+    from the final SE-state (0: off, and no prediction head is built)."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
         if self.order not in ORDERS:
             raise ValueError(f"algo.order must be one of {list(ORDERS)} (got {self.order!r})")
+        if self.target not in TARGETS:
+            raise ValueError(f"algo.target must be one of {list(TARGETS)} (got {self.target!r})")
+        if not 0.0 <= self.aux_weight < float("inf"):
+            raise ValueError(f"algo.aux_weight must be finite and >= 0 (got {self.aux_weight})")
+
+
+class NextStateHead(nn.Module):
+    r"""The auxiliary prediction head: per node type ``t``, fc + ReLU + fc from a unit's
+    embedding to the change of its ``F_t`` node features over the step (the official
+    code's ``_local_predictor``, ``hidden -> hidden / 2 -> F_t``).
+
+    Args:
+        schema (GraphSchema): The task's schema (node types and feature widths).
+        hidden (int): Embedding width.
+
+    Shapes:
+        - **input:** ``units`` ``[num_units, hidden]``, flat rows of ``index``
+        - **output:** ``{t: [N_t, F_t]}`` in the order of ``batch[t].x``
+    """
+
+    def __init__(self, schema: GraphSchema, hidden: int) -> None:
+        super().__init__()
+        self.hidden = hidden
+        mid = max(hidden // 2, 1)
+        self.heads = nn.ModuleDict({t: nn.Sequential(nn.Linear(hidden, mid), nn.ReLU(inplace=True),
+                                                     nn.Linear(mid, f))
+                                    for t, f in schema.node_types.items()})
+
+    def forward(self, units: Tensor, index: UnitIndex) -> Dict[str, Tensor]:
+        return {t: head(units[index.flat[t]]) for t, head in self.heads.items()}
+
+    def __repr__(self) -> str:
+        return f"{self.__class__.__name__}({self.hidden}, types={list(self.heads)})"
 
 
 class TDTargets(NamedTuple):
     """Per-agent values and Bellman targets of a replayed batch."""
 
     value: Tensor  # [num_agents] V(s_{a_1:i}) of the online network (with grad)
-    target: Tensor  # [num_agents] Eq. 1 target (no grad)
+    target: Tensor  # [num_agents] Bellman target, Eq. 1 or the last agent's (no grad)
     online: Rollout  # teacher-forced online rollout on s
 
 
@@ -74,7 +139,11 @@ class ACEDQN(QLearner):
 
     def __init__(self, schema: GraphSchema, cfg: ACEDQNConfig, model: ModelConfig,
                  device="cpu", example: Optional[Batch] = None) -> None:
-        super().__init__(ACENetwork.from_config(schema, model), cfg, device)
+        net = ACENetwork.from_config(schema, model)
+        if cfg.aux_weight > 0:  # trained, clipped and saved with the value network
+            net.add_module("aux_head", init_relu_layers(NextStateHead(schema, model.hidden),
+                                                        model.init))
+        super().__init__(net, cfg, device)
         self._checked = False  # inputs are validated until one batch has passed
 
     def _check(self) -> bool:
@@ -102,7 +171,8 @@ class ACEDQN(QLearner):
     # Learning -------------------------------------------------------------------------
     def td_targets(self, graphs: Batch, actions: Tensor, reward: Tensor, terminated: Tensor,
                    next_graphs: Batch, generator: Optional[torch.Generator] = None) -> TDTargets:
-        """Values of the replayed SE-states and their Eq. 1 targets.
+        """Values of the replayed SE-states and their targets (Eq. 1, or the last agent's
+        with ``target="last_agent"``).
 
         Args:
             graphs: states ``s``; ``actions`` ``[num_agents]`` the joint actions taken;
@@ -111,38 +181,92 @@ class ACEDQN(QLearner):
         cfg = self.cfg
         graphs, next_graphs = self.on_device(graphs), self.on_device(next_graphs)
         check = self._check()
-        # Only double-Q needs the online values of the other candidates.
+        # Only Eq. 1 with double-Q needs the online values of the other candidates.
         forced = Forced(actions)
+        values = "all" if cfg.double_q and cfg.target == "eq1" else "chosen"
         online = self.net.rollout(graphs, order=cfg.order, selector=forced, generator=generator,
-                                  check=check, values="all" if cfg.double_q else "chosen")
+                                  check=check, values=values)
         if online.rank.numel() == 0:
             raise ValueError("no state of the batch has an agent: nothing to learn from")
         with torch.no_grad():
-            target = self.target_net.rollout(graphs, order=online.rank, selector=forced,
-                                             check=False, values="successors")
-            next_t = self.target_net.rollout(next_graphs, order=cfg.order, max_steps=1,
-                                             generator=generator, check=check)
-            nxt = online.next_agent.clamp(min=0)
-            b = online.encoded.index.agent_batch
-            first = next_t.first_agent[b]  # the first agent of s', per agent of s
-            has_first = first >= 0
-            first = first.clamp(min=0)
-            if cfg.double_q:
-                next_o = self.net.rollout(next_graphs, order=next_t.rank, max_steps=1, check=False)
-                inner = target.candidate_values[online.greedy_ids[nxt]]
-                boot = next_t.candidate_values[next_o.greedy_ids[first]] if next_t.rank.numel() else None
-            else:
-                inner = target.max_value[nxt]
-                boot = next_t.max_value[first] if next_t.rank.numel() else None
-            # s' without agents (every unit gone): bootstrap from V'(s') of the bare state
-            if boot is None or not bool(has_first.all()):
-                bare = self.target_net.value(next_t.final_units, next_t.encoded)[b]
-                boot = bare if boot is None else torch.where(has_first, boot, bare)
             reward, terminated = reward.to(self.device), terminated.to(self.device)
-            last = reward[b] + cfg.gamma * (~terminated[b]).to(boot.dtype) * boot
-            gamma_se = cfg.gamma if cfg.intermediate_discount else 1.0
-            td_target = torch.where(online.next_agent >= 0, gamma_se * inner, last)
+            if cfg.target == "last_agent":
+                last = self.last_agent_targets(reward, terminated, next_graphs, generator, check)
+                td_target = last[online.encoded.index.agent_batch]
+            else:
+                td_target = self._eq1_targets(graphs, forced, online, reward, terminated,
+                                              next_graphs, generator, check)
         return TDTargets(online.chosen_value, td_target, online)
+
+    def _eq1_targets(self, graphs: Batch, forced: Forced, online: Rollout, reward: Tensor,
+                     terminated: Tensor, next_graphs: Batch, generator: Optional[torch.Generator],
+                     check: bool) -> Tensor:
+        """Eq. 1 per agent ``[num_agents]``; the target network follows the online rollout's
+        order on ``s``."""
+        cfg = self.cfg
+        target = self.target_net.rollout(graphs, order=online.rank, selector=forced,
+                                         check=False, values="successors")
+        next_t = self.target_net.rollout(next_graphs, order=cfg.order, max_steps=1,
+                                         generator=generator, check=check)
+        nxt = online.next_agent.clamp(min=0)
+        b = online.encoded.index.agent_batch
+        first = next_t.first_agent[b]  # the first agent of s', per agent of s
+        has_first = first >= 0
+        first = first.clamp(min=0)
+        if cfg.double_q:
+            next_o = self.net.rollout(next_graphs, order=next_t.rank, max_steps=1, check=False)
+            inner = target.candidate_values[online.greedy_ids[nxt]]
+            boot = next_t.candidate_values[next_o.greedy_ids[first]] if next_t.rank.numel() else None
+        else:
+            inner = target.max_value[nxt]
+            boot = next_t.max_value[first] if next_t.rank.numel() else None
+        # s' without agents (every unit gone): bootstrap from V'(s') of the bare state
+        if boot is None or not bool(has_first.all()):
+            bare = self.target_net.value(next_t.final_units, next_t.encoded)[b]
+            boot = bare if boot is None else torch.where(has_first, boot, bare)
+        last = reward[b] + cfg.gamma * (~terminated[b]).to(boot.dtype) * boot
+        gamma_se = cfg.gamma if cfg.intermediate_discount else 1.0
+        return torch.where(online.next_agent >= 0, gamma_se * inner, last)
+
+    def last_agent_targets(self, reward: Tensor, terminated: Tensor, next_graphs: Batch,
+                           generator: Optional[torch.Generator] = None,
+                           check: bool = True) -> Tensor:
+        r"""The official code's target per state ``[num_graphs]``:
+        :math:`r + \gamma (1 - d) V'(s'_{a'_{1:n}})`, :math:`a'` the greedy sequential
+        decision at :math:`s'` of the online network (``double_q``) or of :math:`V'`.
+        A state :math:`s'` without agents bootstraps from :math:`V'` of the bare state."""
+        cfg = self.cfg
+        if cfg.double_q:
+            greedy = self.net.rollout(next_graphs, order=cfg.order, generator=generator,
+                                      check=check)
+            final = self.target_net.rollout(next_graphs, order=greedy.rank,
+                                            selector=Forced(greedy.actions), check=False,
+                                            values="chosen")
+        else:
+            final = self.target_net.rollout(next_graphs, order=cfg.order, generator=generator,
+                                            check=check)
+        boot = self.target_net.value(final.final_units, final.encoded)  # [num_graphs]
+        return reward + cfg.gamma * (~terminated).to(boot.dtype) * boot
+
+    def aux_loss(self, online: Rollout, graphs: Batch, next_graphs: Batch) -> Tensor:
+        r""":math:`\mathcal{L}_{aux}` (module docstring): the head's prediction from the
+        final SE-state of ``online`` (the teacher-forced rollout on ``graphs``) against every
+        unit's change of node features ``x' - x``; ``s`` and ``s'`` must hold the same
+        units in the same places."""
+        graphs, next_graphs = self.on_device(graphs), self.on_device(next_graphs)
+        idx = online.encoded.index
+        nidx = unit_index(self.net.schema, next_graphs, check=False)
+        if nidx.num_units != idx.num_units or any(not torch.equal(idx.flat[t], nidx.flat[t])
+                                                  for t in idx.flat):
+            raise ValueError(f"algo.aux_weight needs s and s' with the same units per graph "
+                             f"(got {idx.num_units} and {nidx.num_units} units, or another layout)")
+        pred = self.net.aux_head(online.final_units, idx)
+        squared, count = online.final_units.new_zeros(()), 0
+        for t, p in pred.items():
+            label = (next_graphs[t].x - graphs[t].x).to(p.dtype)  # [N_t, F_t]
+            squared = squared + (p - label).pow(2).sum()
+            count += label.numel()
+        return squared / max(count, 1)
 
     def update(self, graphs: Batch, actions: Tensor, reward: Tensor, terminated: Tensor,
                next_graphs: Batch, generator: Optional[torch.Generator] = None) -> Dict[str, float]:
@@ -152,5 +276,11 @@ class ACEDQN(QLearner):
         except FloatingPointError as e:
             raise FloatingPointError(f"the TD loss is NaN: {e}") from None
         td_loss = self.td_loss(td.value, td.target)
-        return {"td_loss": td_loss.item(), "q_mean": td.value.detach().mean().item(),
-                "target_mean": td.target.mean().item(), **self.step(td_loss)}
+        logs = {"td_loss": td_loss.item(), "q_mean": td.value.detach().mean().item(),
+                "target_mean": td.target.mean().item()}
+        loss = td_loss
+        if self.cfg.aux_weight > 0:
+            aux = self.aux_loss(td.online, graphs, next_graphs)
+            loss = td_loss + self.cfg.aux_weight * aux
+            logs["aux_loss"] = aux.item()
+        return {**logs, **self.step(loss)}
