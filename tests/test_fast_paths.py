@@ -156,3 +156,13 @@ def test_candidate_table_round_trip_and_uniform_exploration():
     freq = torch.bincount(cols[:, 1], minlength=4).float() / cols.size(0)
     assert torch.allclose(freq, torch.full((4,), 0.25), atol=0.03)
     assert torch.equal(EpsilonGreedy(0.0).select_column(table, gen), table.greedy)
+
+
+def test_layout_batch_with_other_units_is_indexed_and_checked_from_scratch():
+    from acegnn.graph.index import unit_index
+
+    b = battles(2, 0)
+    unit_index(battle_schema(), b)  # cached
+    b["enemy"].x = b["enemy"].x[:-1]  # one unit fewer than the layout's edges reach
+    with pytest.raises(ValueError, match="outside its node sets"):
+        unit_index(battle_schema(), b)

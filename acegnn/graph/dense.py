@@ -162,11 +162,14 @@ class DenseLayout:
         tiles = self._entry(batch)
         if tiles is None:
             return None
+        B = int(batch.num_graphs)
+        if any(store_of(batch, t).x.size(0) != B * n for t, n in self.num_nodes.items()):
+            return None  # features replaced by ones of other units: from scratch
         idx = tiles.get("index")
         if idx is None:  # the structure was validated in __init__
             idx = tiles["index"] = compute_unit_index(self.schema, batch, check=False)
-        if check:
-            check_features(self.schema, batch)
+        if check:  # the edge indices are the layout's, checked in __init__
+            check_features(self.schema, batch, edges=False)
         available = store_of(batch, ACTION).available.bool()
         if check:
             check_available(idx, available)

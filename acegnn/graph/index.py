@@ -230,16 +230,19 @@ def check_available(idx: UnitIndex, available: Tensor) -> None:
                          f"every agent needs at least one (e.g. a no-op for dead units)")
 
 
-def check_features(schema: GraphSchema, batch: Batch) -> None:
+def check_features(schema: GraphSchema, batch: Batch, edges: bool = True) -> None:
+    """Feature shapes per type, finite features and (``edges``) edge indices inside their
+    node sets; a dense layout's batches skip the edge indices, its own and checked once.
+    The values are read with one synchronisation."""
+    bad = []  # (0-dim bool tensor, error) of the value checks
     for t, dim in schema.node_types.items():
-        x = batch[t].x
+        x = store_of(batch, t).x
         if x.dim() != 2 or x.size(1) != dim:
             raise ValueError(f"node type '{t}' has features of shape {tuple(x.shape)}; the schema "
                              f"says width {dim}")
-        if not bool(torch.isfinite(x).all()):
-            raise ValueError(f"node type '{t}' has NaN or infinite features")
+        bad.append((~torch.isfinite(x).all(), f"node type '{t}' has NaN or infinite features"))
     for et, dim in schema.edge_types.items():
-        store = batch[et]
+        store = store_of(batch, et)
         ea = store.edge_attr
         if ea.dim() != 2 or ea.size(1) != dim:
             raise ValueError(f"edge type {et} has features of shape {tuple(ea.shape)}; the schema "
@@ -247,12 +250,13 @@ def check_features(schema: GraphSchema, batch: Batch) -> None:
         if ea.size(0) != store.edge_index.size(1):
             raise ValueError(f"edge type {et} has {store.edge_index.size(1)} edges but "
                              f"{ea.size(0)} feature rows")
-        if not bool(torch.isfinite(ea).all()):
-            raise ValueError(f"edge type {et} has NaN or infinite features")
+        bad.append((~torch.isfinite(ea).all(), f"edge type {et} has NaN or infinite features"))
         ei = store.edge_index
-        if ei.numel() > 0:
-            n_src, n_dst = batch[et[0]].x.size(0), batch[et[2]].x.size(0)
-            if int(ei[0].min()) < 0 or int(ei[0].max()) >= n_src or int(ei[1].min()) < 0 \
-                    or int(ei[1].max()) >= n_dst:
-                raise ValueError(f"edge type {et} has an edge_index outside its node sets "
-                                 f"({n_src} src, {n_dst} dst nodes)")
+        if edges and ei.numel() > 0:
+            n_src, n_dst = store_of(batch, et[0]).x.size(0), store_of(batch, et[2]).x.size(0)
+            lo, hi = ei.amin(1), ei.amax(1)
+            bad.append(((lo < 0).any() | (hi[0] >= n_src) | (hi[1] >= n_dst),
+                        f"edge type {et} has an edge_index outside its node sets "
+                        f"({n_src} src, {n_dst} dst nodes)"))
+    if bad and bool(torch.stack([b for b, _ in bad]).any()):
+        raise ValueError(next(msg for b, msg in bad if bool(b)))
