@@ -114,7 +114,7 @@ def test_masked_edge_mean_equals_dropped_edges(conv):
     net = ACENetwork(battle_schema(), hidden=16, conv=conv)
     b = battles(3, 2)
     masked = net.encode(b).units
-    net.unit_encoder.conv.masks_edges = False  # drop the edges of dead units instead
+    net.unit_encoder.conv.encodes_edges = False  # embed every edge, drop dead units' edges
     dropped = net.encode(b).units
     assert torch.allclose(masked, dropped, atol=1e-6)
 
@@ -166,3 +166,40 @@ def test_layout_batch_with_other_units_is_indexed_and_checked_from_scratch():
     b["enemy"].x = b["enemy"].x[:-1]  # one unit fewer than the layout's edges reach
     with pytest.raises(ValueError, match="outside its node sets"):
         unit_index(battle_schema(), b)
+
+
+def test_edge_sum_in_chunks_equals_one_pass(monkeypatch):
+    import acegnn.nn.unit_encoder as ue
+
+    torch.manual_seed(5)
+    enc = ue.mlp(5, 8, layers=2)
+    attr = torch.randn(50, 5, requires_grad=True)
+    dst = torch.randint(0, 7, (50,))
+    start = torch.randn(7, 8, requires_grad=True)
+    weight = torch.randn(7, 8)
+    inputs = [start, attr, *enc.parameters()]
+    plain = start.index_add(0, dst, enc(attr))
+    expected = torch.autograd.grad((plain * weight).sum(), inputs)
+    monkeypatch.setattr(ue, "EDGE_CHUNK", 8)  # 7 chunks, encoded again in backward
+    chunked = ue.edge_sum(enc, attr, dst, start)
+    assert torch.allclose(chunked, plain, atol=1e-6)
+    for a, b in zip(torch.autograd.grad((chunked * weight).sum(), inputs), expected):
+        assert torch.allclose(a, b, atol=1e-5)
+    with torch.no_grad():
+        assert torch.allclose(ue.edge_sum(enc, attr, dst, start.clone()), plain, atol=1e-6)
+
+
+def test_chunked_edges_train_as_one_pass(monkeypatch):
+    import acegnn.nn.unit_encoder as ue
+
+    torch.manual_seed(6)
+    net = ACENetwork(battle_schema(), hidden=16)
+    b = battles(3, 4)
+    grads = []
+    for chunk in (ue.EDGE_CHUNK, 7):
+        monkeypatch.setattr(ue, "EDGE_CHUNK", chunk)
+        net.zero_grad()
+        net.rollout(b).chosen_value.sum().backward()
+        grads.append([p.grad.clone() for p in net.parameters()])
+    for a, b in zip(*grads):
+        assert torch.allclose(a, b, atol=1e-5)

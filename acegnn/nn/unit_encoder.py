@@ -3,10 +3,12 @@
 The message-passing step is picked by name from :data:`UNIT_CONVS`; register your own
 with :func:`register_unit_conv`. A step takes the node embeddings ``h_dict``, the
 ``edge_index_dict`` and the edge embeddings ``edge_emb_dict`` (all of width
-``hidden``) and returns new node embeddings of the same shapes. The edges of units that
-are not alive are removed before the step; a step with ``masks_edges = True`` instead
-gets every edge and an ``edge_keep_dict`` (``{e: [E_e]}`` bool) and must ignore the
-edges it marks ``False``.
+``hidden``) and returns new node embeddings of the same shapes; the edges of units that
+are not alive are removed before. A step with ``encodes_edges = True`` is instead called
+as ``step.forward_encoding(h_dict, edge_index_dict, edge_attr_dict, edge_encoders,
+edge_keep_dict)``: it encodes the edges itself (so that it need not hold every edge
+embedding at once, see :func:`edge_sum`) and must leave out the edges that
+``edge_keep_dict`` (``{e: [E_e]}`` bool) marks ``False``.
 """
 from __future__ import annotations
 
@@ -57,6 +59,71 @@ def reset_mlp(m: nn.Sequential) -> None:
             layer.reset_parameters()
 
 
+#: Edges encoded at a time by :func:`edge_sum` (16 MB of embeddings at width 256).
+EDGE_CHUNK = 16384
+
+
+class _EdgeSum(torch.autograd.Function):
+    """:func:`edge_sum` that keeps no edge embedding for the backward pass: each chunk of
+    edges is encoded again there."""
+
+    @staticmethod
+    def forward(ctx, edge_attr: Tensor, dst: Tensor, num_rows: int, mlp: nn.Module,
+                *params: Tensor) -> Tensor:
+        ctx.mlp = mlp
+        ctx.save_for_backward(edge_attr, dst)
+        out = None
+        for s in range(0, max(edge_attr.size(0), 1), EDGE_CHUNK):
+            emb = mlp(edge_attr[s:s + EDGE_CHUNK])
+            out = emb.new_zeros(num_rows, emb.size(1)) if out is None else out
+            out.index_add_(0, dst[s:s + EDGE_CHUNK], emb)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad_out: Tensor):
+        edge_attr, dst = ctx.saved_tensors
+        params = list(ctx.mlp.parameters())
+        wanted = [p for p, need in zip(params, ctx.needs_input_grad[4:]) if need]
+        grads = {p: torch.zeros_like(p) for p in wanted}
+        grad_attr = torch.zeros_like(edge_attr) if ctx.needs_input_grad[0] else None
+        for s in range(0, edge_attr.size(0), EDGE_CHUNK):
+            with torch.enable_grad():
+                attr = edge_attr[s:s + EDGE_CHUNK].detach().requires_grad_(grad_attr is not None)
+                emb = ctx.mlp(attr)
+            inputs = wanted + ([attr] if grad_attr is not None else [])
+            got = torch.autograd.grad(emb, inputs, grad_out.index_select(0, dst[s:s + EDGE_CHUNK]),
+                                      allow_unused=True)
+            for p, g in zip(wanted, got):
+                if g is not None:
+                    grads[p] += g
+            if grad_attr is not None and got[-1] is not None:
+                grad_attr[s:s + EDGE_CHUNK] = got[-1]
+        return (grad_attr, None, None, None, *(grads.get(p) for p in params))
+
+
+def edge_sum(mlp: nn.Module, edge_attr: Tensor, dst: Tensor, out: Tensor) -> Tensor:
+    r"""``out`` plus, in row ``dst[e]``, the embedding ``mlp(edge_attr[e])`` of every edge.
+
+    The edges are encoded :data:`EDGE_CHUNK` at a time; with autograd, a chunk is
+    encoded again in the backward pass instead of kept. A batch of 320 27m_vs_30m
+    states has a million edges: their embeddings alone would take 1 GB.
+
+    Shapes:
+        - **input:** ``edge_attr`` ``[E, F]``, ``dst`` ``[E]`` rows of ``out``
+          ``[N, H]``
+        - **output:** ``[N, H]`` (``out`` itself where it was updated in place)
+    """
+    params = list(mlp.parameters())
+    grad = torch.is_grad_enabled() and (edge_attr.requires_grad or any(p.requires_grad for p in params))
+    if grad and edge_attr.size(0) > EDGE_CHUNK:
+        return out + _EdgeSum.apply(edge_attr, dst, out.size(0), mlp, *params)
+    if grad:  # one chunk: plain autograd
+        return out.index_add(0, dst, mlp(edge_attr))
+    for s in range(0, edge_attr.size(0), EDGE_CHUNK):
+        out.index_add_(0, dst[s:s + EDGE_CHUNK], mlp(edge_attr[s:s + EDGE_CHUNK]))
+    return out
+
+
 @register_unit_conv("ace")
 class MeanEdgeConv(nn.Module):
     r"""The paper's unit embedding: node embedding plus the mean of the embeddings of
@@ -65,10 +132,12 @@ class MeanEdgeConv(nn.Module):
     .. math::
         e_u(u_j) = h_j + \frac{1}{|\mathcal{E}_j|} \sum_{(i, j) \in \mathcal{E}_j} e_{ij}
 
-    Units without incoming edges keep their node embedding.
+    Units without incoming edges keep their node embedding. The unit encoder calls
+    :meth:`forward_encoding`, which encodes the edges a chunk at a time and sends the
+    edges of dead units to a spare row past the units instead of copying the others.
     """
 
-    masks_edges = True  # dropped edges are sent to a spare row, see forward
+    encodes_edges = True
 
     def __init__(self, schema: GraphSchema, hidden: int) -> None:
         super().__init__()
@@ -79,18 +148,28 @@ class MeanEdgeConv(nn.Module):
         pass
 
     def forward(self, h_dict: Dict[str, Tensor], edge_index_dict: Dict[EdgeType, Tensor],
-                edge_emb_dict: Dict[EdgeType, Tensor],
-                edge_keep_dict: Optional[Dict[EdgeType, Tensor]] = None) -> Dict[str, Tensor]:
-        # one sum over every edge type into a spare row past the units, which takes the
-        # edges that edge_keep_dict drops: no filtered copy of the edges
-        total = {t: h.new_zeros(h.size(0) + 1, h.size(1)) for t, h in h_dict.items()}
+                edge_emb_dict: Dict[EdgeType, Tensor]) -> Dict[str, Tensor]:
+        return self._mean(h_dict, edge_index_dict, None, lambda et, dst, out: out.index_add(
+            0, dst, edge_emb_dict[et]))
+
+    def forward_encoding(self, h_dict: Dict[str, Tensor], edge_index_dict: Dict[EdgeType, Tensor],
+                         edge_attr_dict: Dict[EdgeType, Tensor], edge_encoders: nn.ModuleDict,
+                         edge_keep_dict: Optional[Dict[EdgeType, Tensor]] = None) -> Dict[str, Tensor]:
+        """:meth:`forward` from the edge features, encoded by ``edge_encoders`` (keyed by
+        :func:`edge_key`), leaving out the edges ``edge_keep_dict`` marks ``False``."""
+        return self._mean(h_dict, edge_index_dict, edge_keep_dict, lambda et, dst, out: edge_sum(
+            edge_encoders[edge_key(et)], edge_attr_dict[et], dst, out))
+
+    def _mean(self, h_dict, edge_index_dict, edge_keep_dict, add) -> Dict[str, Tensor]:
+        # sums over every edge type, with a spare row past the units for the left-out edges
+        total = {t: h.new_zeros(h.size(0) + 1, self.hidden) for t, h in h_dict.items()}
         count: Dict[str, Tensor] = {}
         for et, ei in edge_index_dict.items():
             t = et[2]
             dst, n = ei[1], h_dict[t].size(0)
             if edge_keep_dict is not None and et in edge_keep_dict:
                 dst = torch.where(edge_keep_dict[et], dst, n)
-            total[t].index_add_(0, dst, edge_emb_dict[et])
+            total[t] = add(et, dst, total[t])
             c = torch.bincount(dst, minlength=n + 1)
             count[t] = c if t not in count else count[t] + c
         out = {}
@@ -203,13 +282,11 @@ class UnitEncoder(nn.Module):
                         keep = k if keep is None else keep & k
                 if keep is not None:
                     keep_dict[et] = keep
-        masks = getattr(self.conv, "masks_edges", False)
-        if not masks:
-            for et, keep in keep_dict.items():
-                ei[et], ea[et] = ei[et][:, keep], ea[et][keep]  # [2, E_alive]
+        if getattr(self.conv, "encodes_edges", False):
+            return self.conv.forward_encoding(h_dict, ei, ea, self.edge_encoders, keep_dict)
+        for et, keep in keep_dict.items():
+            ei[et], ea[et] = ei[et][:, keep], ea[et][keep]  # [2, E_alive]
         edge_emb = {et: self.edge_encoders[edge_key(et)](ea[et]) for et in self.schema.edge_types}
-        if masks:
-            return self.conv(h_dict, ei, edge_emb, keep_dict)
         return self.conv(h_dict, ei, edge_emb)
 
     def __repr__(self) -> str:
