@@ -203,3 +203,30 @@ def test_chunked_edges_train_as_one_pass(monkeypatch):
         grads.append([p.grad.clone() for p in net.parameters()])
     for a, b in zip(*grads):
         assert torch.allclose(a, b, atol=1e-5)
+
+
+def test_battle_edges_from_all_pairs_equal_per_relation():
+    """battle_graphs computes every ordered pair once; per relation by hand, bit for bit."""
+    from acegnn.envs.smac.units import DISTANCE_SCALE, RELATIONS
+
+    g = torch.Generator().manual_seed(7)
+    U, B = SPEC.n_units, 4
+    units = torch.zeros(B, U, 7)
+    units[..., 1:3] = 32 * torch.rand(B, U, 2, generator=g)
+    units[..., 6] = (torch.rand(B, U, generator=g) > 0.3).float()
+    units[:, :, 0] = torch.randint(0, 2, (B, U), generator=g).float()
+    avail = torch.ones(B, SPEC.n_allies, SPEC.slots, dtype=torch.bool)
+    b = battle_graphs(units, avail, SPEC)
+    first = {"ally": 0, "enemy": SPEC.n_allies}
+    attack = torch.tensor(SPEC.stats.attack_range)[units[..., 0].long()]
+    for et in RELATIONS:
+        E = b[et].edge_index.size(1) // B
+        src, dst = b[et].edge_index[:, :E]  # graph 0's: rows within the node types
+        i, j = first[et[0]] + src, first[et[2]] + dst  # columns of `units`
+        delta = units[:, j, 1:3] - units[:, i, 1:3]
+        dist = delta.norm(dim=-1, keepdim=True)
+        live = (units[:, i, 6] > 0) & (units[:, j, 6] > 0)
+        expected = torch.cat([delta / DISTANCE_SCALE, dist / DISTANCE_SCALE,
+                              (dist < attack[:, i].unsqueeze(-1)).float(),
+                              (dist < 9.0).float()], -1) * live.unsqueeze(-1)
+        assert torch.equal(b[et].edge_attr.view(B, E, -1), expected), et

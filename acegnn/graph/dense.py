@@ -117,24 +117,24 @@ class DenseLayout:
                 raise ValueError(f"edge type {et} features must be [{B}, {ei.size(1)}, F] "
                                  f"(B states, {ei.size(1)} edges each), got {tuple(edge_attr[et].shape)}")
         tiles = self._tiled(B, available.device)
-        out = Batch(_base_cls=HeteroData)
+        stores: Dict[Any, dict] = {}  # store -> its attributes, in the order they are set
         for t in self.schema.node_types:
-            out[t].x = x[t].reshape(B * self.num_nodes[t], x[t].size(2))
+            stores[t] = {"x": x[t].reshape(B * self.num_nodes[t], x[t].size(2))}
         for t, flags in (alive or {}).items():
             if flags.shape != (B, self.num_nodes[t]):
                 raise ValueError(f"node type '{t}' alive flags must be [{B}, {self.num_nodes[t]}] "
                                  f"(got {tuple(flags.shape)})")
-            out[t].alive = flags.reshape(-1).bool()
+            stores[t]["alive"] = flags.reshape(-1).bool()
         for et in self.schema.edge_types:
             ea = edge_attr[et]
-            out[et].edge_attr = ea.reshape(B * ea.size(1), ea.size(2))
+            stores[et] = {"edge_attr": ea.reshape(B * ea.size(1), ea.size(2))}
         for key, held in tiles["by_store"]:
-            store = out[key]
-            for attr, tensor, _ in held:
-                store[attr] = tensor
-        store = out[ACTION]
-        store.available = available.reshape(B * self.num_actions).bool()
-        store.num_nodes = B * self.num_actions
+            stores.setdefault(key, {}).update((attr, tensor) for attr, tensor, _ in held)
+        stores[ACTION].update(available=available.reshape(B * self.num_actions).bool(),
+                              num_nodes=B * self.num_actions)
+        out = Batch(_base_cls=HeteroData)
+        for key, attrs in stores.items():
+            out[key]._mapping.update(attrs)  # a new store: what setting each attribute does
         out._num_graphs = B
         if self.validated:
             object.__setattr__(out, "_dense_layout", self)

@@ -113,12 +113,12 @@ def edge_sum(mlp: nn.Module, edge_attr: Tensor, dst: Tensor, out: Tensor) -> Ten
           ``[N, H]``
         - **output:** ``[N, H]`` (``out`` itself where it was updated in place)
     """
-    params = list(mlp.parameters())
-    grad = torch.is_grad_enabled() and (edge_attr.requires_grad or any(p.requires_grad for p in params))
-    if grad and edge_attr.size(0) > EDGE_CHUNK:
-        return out + _EdgeSum.apply(edge_attr, dst, out.size(0), mlp, *params)
-    if grad:  # one chunk: plain autograd
-        return out.index_add(0, dst, mlp(edge_attr))
+    if torch.is_grad_enabled():
+        params = list(mlp.parameters())
+        if edge_attr.requires_grad or any(p.requires_grad for p in params):
+            if edge_attr.size(0) > EDGE_CHUNK:
+                return out + _EdgeSum.apply(edge_attr, dst, out.size(0), mlp, *params)
+            return out.index_add(0, dst, mlp(edge_attr))  # one chunk: plain autograd
     for s in range(0, edge_attr.size(0), EDGE_CHUNK):
         out.index_add_(0, dst[s:s + EDGE_CHUNK], mlp(edge_attr[s:s + EDGE_CHUNK]))
     return out

@@ -165,6 +165,16 @@ def battle_layout(spec: BattleSpec) -> DenseLayout:
     return DenseLayout(schema, counts, edges, actions)
 
 
+@lru_cache(maxsize=32)
+def _pairs(spec: BattleSpec) -> Dict[Tuple[str, str, str], Tensor]:
+    """Per relation, the row of each edge in the ``[U * U]`` ordered unit pairs
+    (source-major) of one state."""
+    layout = battle_layout(spec)
+    first = {"ally": 0, "enemy": spec.n_allies}
+    return {et: (first[et[0]] + layout.edge_index[et][0]) * spec.n_units
+            + first[et[2]] + layout.edge_index[et][1] for et in RELATIONS}
+
+
 def battle_graphs(units: Tensor, avail: Tensor, spec: BattleSpec) -> Batch:
     """Graph batch of observations: ``units`` ``[B, U, 7]`` (:data:`UNIT_COLUMNS`) and
     ``avail`` ``[B, n_allies, num_slots]``."""
@@ -190,17 +200,15 @@ def battle_graphs(units: Tensor, avail: Tensor, spec: BattleSpec) -> Batch:
     sight = units.new_tensor(spec.stats.sight_range)[types]
     sl = {"ally": slice(0, spec.n_allies), "enemy": slice(spec.n_allies, U)}
     layout = battle_layout(spec)
-    edge_attr = {}
-    for et in RELATIONS:
-        src, dst = layout.edge_index[et]
-        s, d = sl[et[0]], sl[et[2]]
-        delta = pos[:, d][:, dst] - pos[:, s][:, src]  # [B, E, 2]
-        dist = delta.norm(dim=-1, keepdim=True)
-        both = (alive[:, s][:, src] & alive[:, d][:, dst]).unsqueeze(-1)
-        attr = torch.cat([delta / DISTANCE_SCALE, dist / DISTANCE_SCALE,
-                          (dist < attack[:, s][:, src].unsqueeze(-1)).to(units.dtype),
-                          (dist < sight[:, s][:, src].unsqueeze(-1)).to(units.dtype)], dim=-1)
-        edge_attr[et] = attr * both
+    # edge features of every ordered pair (source i, destination j), then each relation's
+    delta = pos.unsqueeze(1) - pos.unsqueeze(2)  # [B, U, U, 2]: pos_j - pos_i
+    dist = delta.norm(dim=-1, keepdim=True)
+    both = (alive.unsqueeze(2) & alive.unsqueeze(1)).unsqueeze(-1)
+    pairs = torch.cat([delta / DISTANCE_SCALE, dist / DISTANCE_SCALE,
+                       (dist < attack.view(B, U, 1, 1)).to(units.dtype),
+                       (dist < sight.view(B, U, 1, 1)).to(units.dtype)], dim=-1) * both
+    pairs = pairs.view(B, U * U, EDGE_FEATURES)
+    edge_attr = {et: pairs.index_select(1, rows.to(units.device)) for et, rows in _pairs(spec).items()}
     x = {t: feats[:, sl[t]] for t in SIDES}
     flags = {t: alive[:, sl[t]] for t in SIDES}
     out = layout.batch(x, edge_attr, avail.reshape(B, -1).bool(), flags)
