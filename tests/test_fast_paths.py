@@ -76,6 +76,19 @@ def test_layout_cache_decides_as_from_scratch(pool, layers):
             assert layout_of(b, net.schema).cached(b, ("rollout", True), lambda: None) is not None
 
 
+def test_written_outputs_leave_the_kept_plan_alone():
+    torch.manual_seed(0)
+    net = ACENetwork(battle_schema(), hidden=16)
+    with torch.no_grad():
+        first = net.rollout(battles(3, 0))
+        expected = (first.rank.clone(), first.next_agent.clone(), first.first_agent.clone())
+        for t in (first.rank, first.next_agent, first.first_agent):
+            t.fill_(7)
+        again = net.rollout(battles(3, 0))
+    for a, b in zip((again.rank, again.next_agent, again.first_agent), expected):
+        assert torch.equal(a, b)
+
+
 def test_acting_in_place_values_as_learning():
     torch.manual_seed(1)
     net = ACENetwork(battle_schema(), hidden=32)

@@ -96,7 +96,8 @@ NAN_VALUES = ("the value network produced NaN values (diverged parameters or inp
 
 
 class _Plan(NamedTuple):
-    """The decision sequence of a batch: who decides at each step."""
+    """The decision sequence of a batch: who decides at each step (a dense layout may
+    keep it for its batches: read only)."""
 
     rank: Tensor  # [n] position of each agent in its graph's order
     agents: Tensor  # [n] agents by step, graph-major inside a step
@@ -329,7 +330,7 @@ def sequential_rollout(
     slots = torch.where(chosen_ids >= 0, idx.action_slot[chosen_ids.clamp(min=0)],
                         torch.full_like(chosen_ids, -1))
     final_units = apply_actions(enc.units, enc, chosen, messages) if reached > 0 else enc.units
-    return Rollout(actions=slots, action_ids=chosen_ids, rank=plan.rank, chosen_value=chosen_value,
-                   max_value=max_value, greedy_ids=greedy_ids, candidate_values=cand_values,
-                   next_agent=plan.next_agent, first_agent=plan.first_agent,
-                   final_units=final_units, encoded=enc)
+    return Rollout(actions=slots, action_ids=chosen_ids, rank=plan.rank.clone(),  # the plan
+                   chosen_value=chosen_value, max_value=max_value, greedy_ids=greedy_ids,
+                   candidate_values=cand_values, next_agent=plan.next_agent.clone(),
+                   first_agent=plan.first_agent.clone(), final_units=final_units, encoded=enc)
