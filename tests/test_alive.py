@@ -181,3 +181,41 @@ def test_dense_layout_carries_alive_flags():
     assert idx.unit_alive is None
     with pytest.raises(ValueError, match="alive flags must be"):
         layout.batch(x, ea, torch.ones(B, na * (5 + ne), dtype=torch.bool), {"ally": torch.ones(B, 3)})
+
+
+def test_target_on_switches_passive_messages_per_state():
+    """``target_on`` off: the action sends no passive message in that state (football:
+    only the ball owner's actions move the ball), as if passive embeddings were off."""
+    torch.manual_seed(5)
+    schema = smac_like_schema(heal=False)
+    na, ne = 3, 4
+    ei = {et: full_edges(na if et[0] == "ally" else ne, na if et[2] == "ally" else ne,
+                         same=et[0] == et[2]) for et in schema.edge_types}
+    kinds = torch.tensor(list(range(5)) + [schema.kind_index("attack")] * ne)
+    targets = torch.tensor([-1] * 5 + list(range(ne)))
+    S = 5 + ne
+    actions = dense_actions(schema, "ally", kinds, torch.ones(na, S, dtype=torch.bool),
+                            targets, [None] * 5 + ["enemy"] * ne)
+    layout = DenseLayout(schema, {"ally": na, "enemy": ne}, ei, actions)
+    B = 2
+    x = {"ally": torch.randn(B, na, 6), "enemy": torch.randn(B, ne, 5)}
+    ea = {et: torch.randn(B, e.size(1), 2) for et, e in ei.items()}
+    avail = torch.ones(B, na * S, dtype=torch.bool)
+    on = torch.ones(B, na, S, dtype=torch.bool)
+    on[0] = False  # state 0: no action has its target
+    on[1, 0, 5:7] = False  # state 1: ally 0's attacks on enemies 0 and 1 lose theirs
+    net = ACENetwork(schema, hidden=16)
+    first = dict(max_steps=1)  # the first agent's candidates: no earlier message in play
+    with_on = net.rollout(layout.batch(x, ea, avail, target_on=on.view(B, -1)), **first)
+    full = net.rollout(layout.batch(x, ea, avail), **first)
+    net.action_encoder.passive = False
+    none = net.rollout(layout.batch(x, ea, avail), **first)
+    net.action_encoder.passive = True
+    idx = with_on.encoded.index
+    assert idx.action_target.view(B, na, S)[0].eq(-1).all()
+    v, vf, vn = (r.candidate_values.view(B, na, S)[:, 0] for r in (with_on, full, none))
+    assert torch.allclose(v[0], vn[0]) and not torch.allclose(vf[0, 5:], vn[0, 5:])
+    assert torch.allclose(v[1, 5:7], vn[1, 5:7]) and torch.allclose(v[1, 7:], vf[1, 7:])
+    assert torch.allclose(v[1, :5], vf[1, :5])
+    with pytest.raises(ValueError, match="target_on must be"):
+        layout.batch(x, ea, avail, target_on=on.view(B, -1)[:, :3])

@@ -97,11 +97,13 @@ class DenseLayout:
         return tiles
 
     def batch(self, x: Mapping[str, Tensor], edge_attr: Mapping[EdgeType, Tensor],
-              available: Tensor, alive: Optional[Mapping[str, Tensor]] = None) -> Batch:
+              available: Tensor, alive: Optional[Mapping[str, Tensor]] = None,
+              target_on: Optional[Tensor] = None) -> Batch:
         """A batch of ``B`` states: ``x`` ``{t: [B, n_t, F_t]}``, ``edge_attr``
         ``{e: [B, E_e, F_e]}``, ``available`` ``[B, num_actions]`` and optionally
-        ``alive`` ``{t: [B, n_t]}`` bool (units that are not alive influence nothing; see
-        :func:`acegnn.graph.index.state_flags`). Its index tensors are shared with the
+        ``alive`` ``{t: [B, n_t]}`` bool (units that are not alive influence nothing) and
+        ``target_on`` ``[B, num_actions]`` bool (an action whose flag is off has no
+        target in that state; see :func:`acegnn.graph.index.state_flags`). Its index tensors are shared with the
         other batches of its size: treat them as read-only (an in-place write is
         noticed, and the layout then tiles that size anew)."""
         B = available.size(0)
@@ -132,6 +134,11 @@ class DenseLayout:
             stores.setdefault(key, {}).update((attr, tensor) for attr, tensor, _ in held)
         stores[ACTION].update(available=available.reshape(B * self.num_actions).bool(),
                               num_nodes=B * self.num_actions)
+        if target_on is not None:
+            if target_on.shape != available.shape:
+                raise ValueError(f"target_on must be [B, {self.num_actions}] like available "
+                                 f"(got {tuple(target_on.shape)})")
+            stores[ACTION]["target_on"] = target_on.reshape(-1).bool()
         out = Batch(_base_cls=HeteroData)
         for key, attrs in stores.items():
             out[key]._mapping.update(attrs)  # a new store: what setting each attribute does
@@ -167,14 +174,15 @@ class DenseLayout:
             return None  # features replaced by ones of other units: from scratch
         idx = tiles.get("index")
         if idx is None:  # the structure was validated in __init__
-            idx = tiles["index"] = compute_unit_index(self.schema, batch, check=False)
+            idx = tiles["index"] = compute_unit_index(self.schema, batch, check=False,
+                                                      per_state=False)
         if check:  # the edge indices are the layout's, checked in __init__
             check_features(self.schema, batch, edges=False)
         available = store_of(batch, ACTION).available.bool()
         if check:
             check_available(idx, available)
         return idx._replace(action_available=available,
-                            **state_flags(self.schema, batch, idx.flat, idx.agents, idx.num_units))
+                            **state_flags(self.schema, batch, idx))
 
     def cached(self, batch: Batch, key, build: Callable[[], Any]) -> Any:
         """``build()``, kept per batch size for batches of this layout that still hold

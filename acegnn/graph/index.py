@@ -80,8 +80,10 @@ def unit_index(schema: GraphSchema, batch: Batch, check: bool = True) -> UnitInd
     return compute_unit_index(schema, batch, check)
 
 
-def compute_unit_index(schema: GraphSchema, batch: Batch, check: bool = True) -> UnitIndex:
-    """:func:`unit_index` from scratch."""
+def compute_unit_index(schema: GraphSchema, batch: Batch, check: bool = True,
+                       per_state: bool = True) -> UnitIndex:
+    """:func:`unit_index` from scratch; without ``per_state``, only the structure (the
+    fields :func:`state_flags` would read are left at their defaults)."""
     names = schema.node_type_names
     num_graphs = int(batch.num_graphs)
     device = batch[names[0]].x.device
@@ -174,16 +176,17 @@ def compute_unit_index(schema: GraphSchema, batch: Batch, check: bool = True) ->
         unit_count=unit_count, unit_ptr=unit_ptr, flat=flat, agents=agents,
         agent_batch=agent_batch, agent_ptr=agent_ptr, action_kind=kind,
         action_agent=action_agent, action_actor=action_actor, action_target=action_target,
-        action_slot=store.slot, action_available=available, action_batch=a_batch,
-        **state_flags(schema, batch, flat, agents, num_units))
+        action_slot=store.slot, action_available=available, action_batch=a_batch)
+    if per_state:
+        idx = idx._replace(**state_flags(schema, batch, idx))
     if check:
         check_available(idx, available)
     return idx
 
 
-def state_flags(schema: GraphSchema, batch: Batch, flat: Dict[str, Tensor], agents: Tensor,
-                num_units: int) -> Dict[str, Optional[Tensor]]:
-    """The per-state fields of :class:`UnitIndex` read from optional node attributes:
+def state_flags(schema: GraphSchema, batch: Batch, idx: UnitIndex) -> Dict[str, Optional[Tensor]]:
+    """The per-state fields of :class:`UnitIndex` read from optional attributes, given
+    the batch's structural indexing ``idx``:
 
     * ``unit_alive`` ``[num_units]`` from the node stores' ``alive`` flags (a node type
       without them counts as alive; ``None`` when no type has them). A unit that is not
@@ -191,7 +194,12 @@ def state_flags(schema: GraphSchema, batch: Batch, flat: Dict[str, Tensor], agen
       edges and the value head leaves it out of the pooling.
     * ``agent_key`` ``[num_agents]`` from the agent types' ``order_key`` (``None`` when
       they have none): the decision order ``"sorted"`` sorts a graph's agents by it.
+    * ``action_target`` switched by the action table's optional ``target_on`` ``[A]``
+      flags: an action whose flag is off has no target in this state (no passive
+      message), e.g. a football player's action moves the ball only while the player
+      owns it. Without the flags the targets are the table's.
     """
+    flat, agents, num_units = idx.flat, idx.agents, idx.num_units
     stores = {t: store_of(batch, t) for t in schema.node_types}
     typed = [t for t, store in stores.items() if "alive" in store]
     alive = None
@@ -216,7 +224,16 @@ def state_flags(schema: GraphSchema, batch: Batch, flat: Dict[str, Tensor], agen
                 raise ValueError(f"node type '{t}' has order keys of shape {tuple(k.shape)}; it "
                                  f"has {flat[t].numel()} units")
             key[torch.searchsorted(agents, flat[t])] = k.double()
-    return {"unit_alive": alive, "agent_key": key}
+    out = {"unit_alive": alive, "agent_key": key}
+    actions = store_of(batch, ACTION)
+    if "target_on" in actions:
+        on = actions.target_on
+        if on.shape != idx.action_target.shape:
+            raise ValueError(f"target_on must hold one flag per action ({idx.action_target.numel()}) "
+                             f"(got shape {tuple(on.shape)})")
+        out["action_target"] = torch.where(on.bool(), idx.action_target,
+                                           torch.full_like(idx.action_target, -1))
+    return out
 
 
 def check_available(idx: UnitIndex, available: Tensor) -> None:

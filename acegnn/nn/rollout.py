@@ -14,7 +14,8 @@ from torch import Tensor
 from torch_geometric.data import Batch, HeteroData
 
 from acegnn.graph.dense import layout_of
-from acegnn.graph.index import UnitIndex
+from acegnn.graph.index import UnitIndex, store_of
+from acegnn.graph.schema import ACTION
 from acegnn.graph.state import as_batch
 from acegnn.nn.se_state import EncodedState, apply_actions, message_routes, message_table
 from acegnn.nn.selectors import CandidateTable, Greedy, Selector
@@ -174,7 +175,7 @@ def _decision(net: "ACENetwork", batch: Batch, enc: EncodedState, order, generat
               table: bool = True) -> tuple:
     """The plan and (if ``table``) the candidate routes of every agent of a rollout.
     They depend only on the structure for the default order: a dense layout keeps them
-    per batch size."""
+    per batch size, unless the batch switches targets per state (``target_on``)."""
     idx = enc.index
 
     def build(table: bool = True):
@@ -182,7 +183,7 @@ def _decision(net: "ACENetwork", batch: Batch, enc: EncodedState, order, generat
         return plan, _routes(enc, *_action_table(idx, plan.agents)) if table else None
 
     layout = layout_of(batch, net.schema) if isinstance(order, str) and order == "default" else None
-    if layout is None:
+    if layout is None or "target_on" in store_of(batch, ACTION):
         return build(table)
     return layout.cached(batch, ("rollout", enc.passive is not None), build)
 
