@@ -36,6 +36,8 @@ def register_env(name: str, config: Union[str, type], extra: Optional[str] = Non
 
 register_env("spiders_fly", "acegnn.envs.spiders_fly:SpidersFlyConfig")
 register_env("smax", "acegnn.envs.smac.smax:SMAXConfig", extra="smax", requires=("jax", "jaxmarl"))
+register_env("grf", "acegnn.envs.grf:GRFConfig", extra="grf", requires=("gfootball",),
+             install="bash scripts/install_grf.sh (Debian packages, then gfootball from source)")
 register_env("sc2", "acegnn.envs.smac.sc2:SC2Config", extra="sc2",
              requires=("s2clientprotocol", "smac.env"),
              install="pip install -e '.[sc2]' 'git+https://github.com/oxwhirl/smac.git' "

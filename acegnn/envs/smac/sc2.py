@@ -40,8 +40,8 @@ from torch import Tensor
 from torch_geometric.data import Batch
 
 from acegnn.envs.base import Policy, Scene, Transition, VecTask, first_episodes
-from acegnn.envs.smac.smax import BattleEval
-from acegnn.envs.smac.units import (SMAC_ACTIONS, UNIT_COLUMNS, UNIT_TYPES, BattleSpec, UnitStats,
+from acegnn.envs.smac.units import (SMAC_ACTIONS, UNIT_COLUMNS, UNIT_TYPES, BattleEval, BattleSpec,
+                                    UnitStats,
                                     battle_graphs, battle_positions, battle_scene, battle_schema)
 from acegnn.graph import only_noop
 

@@ -26,14 +26,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import ClassVar, Dict, Optional, Tuple
+from typing import Dict, Optional, Tuple
 
 import torch
 from torch import Tensor
 from torch_geometric.data import Batch
 
-from acegnn.envs.base import EvalResult, Policy, Scene, Transition, VecTask, first_episodes
-from acegnn.envs.smac.units import (SMAX_ACTIONS, UNIT_COLUMNS, UNIT_TYPES, BattleSpec, UnitStats,
+from acegnn.envs.base import Policy, Scene, Transition, VecTask, first_episodes
+from acegnn.envs.smac.units import (SMAX_ACTIONS, UNIT_COLUMNS, UNIT_TYPES, BattleEval, BattleSpec,
+                                    UnitStats,
                                     battle_graphs, battle_positions, battle_scene, battle_schema)
 
 #: SMAX unit type ids (jaxmarl's order) -> index in :data:`UNIT_TYPES`.
@@ -153,26 +154,6 @@ def _engine(scenario: str, time_limit: int) -> _Engine:
 
 def _torch(x) -> Tensor:
     return torch.from_dlpack(x)
-
-
-@dataclass
-class BattleEval(EvalResult):
-    """Greedy test battles (SMAC's protocol: 32 episodes, no exploration)."""
-
-    win_rate: float
-    """Fraction of battles won (every enemy dead, an ally alive)."""
-    mean_return: float
-    """Mean undiscounted return, in the scale the task trains with."""
-    mean_steps: float
-    """Mean battle length; a battle cut at the time limit counts the limit."""
-    allies_alive: float
-    """Mean fraction of the agents alive at the end."""
-    enemies_alive: float
-    """Mean fraction of the enemies alive at the end."""
-
-    success_metric: ClassVar[str] = "win_rate"
-    success_threshold: ClassVar[float] = 1.0
-    headline: ClassVar[Tuple[str, ...]] = ("win_rate", "mean_return")
 
 
 class SMAXTask(VecTask):

@@ -5,9 +5,9 @@ SMAC" and the action-embedding table), so that one network plays any scenario as
 
 * **nodes** ``ally`` (the agents) and ``enemy``; features: the unit type one-hot over a
   global vocabulary (:data:`UNIT_TYPES`), the position scaled by the map size, health,
-  shield (0 for races without one) and weapon cooldown, each as a fraction of its
-  maximum. The paper's "unit id" is left out: a one-hot of the unit's index would tie
-  the schema to the map's unit count; the node type and the type one-hot tell units
+  shield (0 for races without one) and weapon cooldown (a medivac's energy / 200, as
+  SMAC's state has it), each as a fraction of its maximum. The paper's "unit id" is
+  left out: a one-hot of the unit's index would tie the schema to the map's unit count; the node type and the type one-hot tell units
   apart as far as the value needs.
 * **edges** between every ordered pair of distinct units (four relations
   ``ally/enemy -> ally/enemy``); features: the distance on the two axes and the
@@ -31,14 +31,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Dict, Optional, Tuple
+from typing import ClassVar, Dict, Optional, Tuple
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 from torch_geometric.data import Batch
 
-from acegnn.envs.base import Scene
+from acegnn.envs.base import EvalResult, Scene
 from acegnn.graph import ActionKind, DenseLayout, GraphSchema, dense_actions, full_edges, unit_index
 
 #: Unit types of every SMAC and SMAX map (SMAX has marine .. hydralisk).
@@ -248,3 +248,23 @@ def win_info(units: Tensor, n_allies: int) -> Dict[str, Tensor]:
     """``won`` (every enemy dead and an ally alive) of observations ``[B, U, 7]``."""
     alive = units[..., 6] > 0
     return {"won": ~alive[:, n_allies:].any(1) & alive[:, :n_allies].any(1)}
+
+
+@dataclass
+class BattleEval(EvalResult):
+    """Greedy test battles (SMAC's protocol: 32 episodes, no exploration)."""
+
+    win_rate: float
+    """Fraction of battles won (every enemy dead, an ally alive)."""
+    mean_return: float
+    """Mean undiscounted return, in the scale the task trains with."""
+    mean_steps: float
+    """Mean battle length; a battle cut at the time limit counts the limit."""
+    allies_alive: float
+    """Mean fraction of the agents alive at the end."""
+    enemies_alive: float
+    """Mean fraction of the enemies alive at the end."""
+
+    success_metric: ClassVar[str] = "win_rate"
+    success_threshold: ClassVar[float] = 1.0
+    headline: ClassVar[Tuple[str, ...]] = ("win_rate", "mean_return")
