@@ -158,37 +158,10 @@ def test_every_unit_dead_reads_zero_pooling():
     assert valued.numel() == 2 and torch.allclose(valued, expected.expand(2))
 
 
-def test_dense_layout_carries_alive_flags():
+def attack_layout(na, ne, B=2):
+    """A dense layout of ``na`` allies (stop, 4 moves, attack each of ``ne`` enemies, no
+    heal) and ``B`` random states' features: ``(schema, layout, x, edge_attr, slots)``."""
     schema = smac_like_schema(heal=False)
-    na, ne = 2, 3
-    ei = {et: full_edges(na if et[0] == "ally" else ne, na if et[2] == "ally" else ne,
-                         same=et[0] == et[2]) for et in schema.edge_types}
-    kinds = torch.tensor(list(range(5)) + [schema.kind_index("attack")] * ne)
-    targets = torch.tensor([-1] * 5 + list(range(ne)))
-    actions = dense_actions(schema, "ally", kinds, torch.ones(na, 5 + ne, dtype=torch.bool),
-                            targets, [None] * 5 + ["enemy"] * ne)
-    layout = DenseLayout(schema, {"ally": na, "enemy": ne}, ei, actions)
-    B = 2
-    x = {"ally": torch.randn(B, na, 6), "enemy": torch.randn(B, ne, 5)}
-    ea = {et: torch.randn(B, e.size(1), 2) for et, e in ei.items()}
-    alive = {"ally": torch.tensor([[True, True], [True, False]]),
-             "enemy": torch.tensor([[True, False, True], [True, True, True]])}
-    for _ in range(2):  # second time through the cached indexing
-        idx = unit_index(schema, layout.batch(x, ea, torch.ones(B, na * (5 + ne), dtype=torch.bool), alive))
-        assert idx.unit_alive.tolist() == [True, True, True, False, True,
-                                           True, False, True, True, True]
-    idx = unit_index(schema, layout.batch(x, ea, torch.ones(B, na * (5 + ne), dtype=torch.bool)))
-    assert idx.unit_alive is None
-    with pytest.raises(ValueError, match="alive flags must be"):
-        layout.batch(x, ea, torch.ones(B, na * (5 + ne), dtype=torch.bool), {"ally": torch.ones(B, 3)})
-
-
-def test_target_on_switches_passive_messages_per_state():
-    """``target_on`` off: the action sends no passive message in that state (football:
-    only the ball owner's actions move the ball), as if passive embeddings were off."""
-    torch.manual_seed(5)
-    schema = smac_like_schema(heal=False)
-    na, ne = 3, 4
     ei = {et: full_edges(na if et[0] == "ally" else ne, na if et[2] == "ally" else ne,
                          same=et[0] == et[2]) for et in schema.edge_types}
     kinds = torch.tensor(list(range(5)) + [schema.kind_index("attack")] * ne)
@@ -197,9 +170,33 @@ def test_target_on_switches_passive_messages_per_state():
     actions = dense_actions(schema, "ally", kinds, torch.ones(na, S, dtype=torch.bool),
                             targets, [None] * 5 + ["enemy"] * ne)
     layout = DenseLayout(schema, {"ally": na, "enemy": ne}, ei, actions)
-    B = 2
     x = {"ally": torch.randn(B, na, 6), "enemy": torch.randn(B, ne, 5)}
     ea = {et: torch.randn(B, e.size(1), 2) for et, e in ei.items()}
+    return schema, layout, x, ea, S
+
+
+def test_dense_layout_carries_alive_flags():
+    na, ne, B = 2, 3, 2
+    schema, layout, x, ea, S = attack_layout(na, ne, B)
+    alive = {"ally": torch.tensor([[True, True], [True, False]]),
+             "enemy": torch.tensor([[True, False, True], [True, True, True]])}
+    avail = torch.ones(B, na * S, dtype=torch.bool)
+    for _ in range(2):  # second time through the cached indexing
+        idx = unit_index(schema, layout.batch(x, ea, avail, alive))
+        assert idx.unit_alive.tolist() == [True, True, True, False, True,
+                                           True, False, True, True, True]
+    idx = unit_index(schema, layout.batch(x, ea, avail))
+    assert idx.unit_alive is None
+    with pytest.raises(ValueError, match="alive flags must be"):
+        layout.batch(x, ea, avail, {"ally": torch.ones(B, 3)})
+
+
+def test_target_on_switches_passive_messages_per_state():
+    """``target_on`` off: the action sends no passive message in that state (football:
+    only the ball owner's actions move the ball), as if passive embeddings were off."""
+    torch.manual_seed(5)
+    na, ne, B = 3, 4, 2
+    schema, layout, x, ea, S = attack_layout(na, ne, B)
     avail = torch.ones(B, na * S, dtype=torch.bool)
     on = torch.ones(B, na, S, dtype=torch.bool)
     on[0] = False  # state 0: no action has its target
