@@ -86,7 +86,7 @@ def curves(records: List[dict]) -> Dict[tuple, List[tuple]]:
 
 def table(records: List[dict]) -> str:
     lines = ["| variant | scenario | seeds | env steps | final test win rate, median (25-75%) | "
-             "env steps/s | wall-clock | projected to 2M steps |", "|---|---|---|---|---|---|---|---|"]
+             "env steps per second of training | wall-clock | projected to 2M steps |", "|---|---|---|---|---|---|---|---|"]
     for (variant, scenario), pts in sorted(curves(records).items()):
         runs = [r for r in records if r["variant"] == variant and r["scenario"] == scenario]
         rate = statistics.median(r["env_steps_per_s"] for r in runs)
