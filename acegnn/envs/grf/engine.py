@@ -1,0 +1,529 @@
+"""Google Research Football games in engine processes, and the supervisor that restarts them.
+
+**One game** (:class:`Game`) is a gfootball environment with raw observations, the
+``v2`` action set (the 19 standard actions and ``builtin_ai``) and a controller on every
+left player: the learner's agents take the action the task sends, every other left
+player (the keeper) ``builtin_ai``. A game applies the paper's rules (following CDS)
+after each gfootball step, in this order:
+
+1. gfootball ended the episode (a goal, the ball out of play, the right team winning
+   the ball): **+100** (``goal_reward``) and ``won`` if we scored, else **-1**
+   (``end_reward``); terminated.
+2. **Half-court rule**: the ball or one of the agents is back in our half (``x < 0``):
+   **-1**, terminated (``half_court``). Other left players (the keeper) do not count.
+3. The episode's ``time_limit``-th step (150): **-1** as well, but *truncated*: the
+   learner bootstraps from the last state (CDS and the official ACE code end the episode
+   there as a loss; the reward is theirs, the bootstrap is ours).
+4. Otherwise 0.
+
+A finished game is reset at once; its step reports both the episode's last state and
+the new episode's first.
+
+**Available actions** (slots = the ids of gfootball's 19 standard actions), by the raw
+observation of the step:
+
+* ``idle`` and the eight moves: always;
+* ``long_pass``, ``high_pass``, ``short_pass``, ``shot``: only for the ball owner
+  (``ball_owned_team`` is ours and ``ball_owned_player`` is this player);
+* ``sprint`` when the player is not sprinting, ``release_sprint`` when it is
+  (the ``sprint`` flag of its ``sticky_actions``); ``dribble`` and ``release_dribble``
+  likewise by the ``dribble`` flag;
+* ``release_direction`` when one of the eight move flags is set (otherwise it is
+  ``idle``);
+* ``sliding`` when our team does not own the ball (the engine ignores a sliding of the
+  team in possession).
+
+**Seeds**: each game draws the engine seed of every episode from its own generator
+(``random.seed`` before gfootball's reset, whose ``game_engine_random_seed`` comes from
+Python's ``random``), and so the order in which the engine processes the two teams
+(``reverse_team_processing``, which gfootball draws once per game from the unseeded
+``random``): an environment plays the same episodes whichever process it lives in and
+whatever that process did before.
+
+**Engine processes** (:class:`EnginePool`): the games are split over ``num_workers``
+processes of the standard library's :mod:`multiprocessing`, started by a *forkserver*
+(a clean single-threaded server process, so no lock or thread of the learner's process
+is inherited, and a restart costs a fork instead of a fresh interpreter importing torch
+and gfootball). :meth:`EnginePool.step` sends every process its actions and then
+gathers the answers, so the engines run in parallel. A process that dies (its pipe
+closes), raises, or does not answer within ``step_timeout`` seconds is killed and
+started again with fresh games; its environments are marked ``dropped`` for that step
+(their episodes are lost, nothing else is) and a warning is logged. Ray is not used: it
+is not installed here, and a pipe per process is all this needs.
+"""
+from __future__ import annotations
+
+import logging
+import multiprocessing as mp
+import os
+import random
+import signal
+import time
+import traceback
+from multiprocessing.connection import Connection, wait
+from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple
+
+import numpy as np
+
+from acegnn.envs.grf.scenarios import GRFScenario, get_scenario
+
+log = logging.getLogger(__name__)
+
+#: gfootball's 19 standard actions (``action_set_v1``), in id order: the action slots.
+ACTIONS = ("idle", "left", "top_left", "top", "top_right", "right", "bottom_right", "bottom",
+           "bottom_left", "long_pass", "high_pass", "short_pass", "shot", "sprint",
+           "release_direction", "release_sprint", "sliding", "dribble", "release_dribble")
+N_ACTIONS = len(ACTIONS)
+A = {name: i for i, name in enumerate(ACTIONS)}
+#: ``builtin_ai`` of the ``v2`` action set: the left players the learner does not control.
+BUILTIN_AI = 19
+#: The flags of a raw observation's ``sticky_actions`` (the sticky actions of ``v2``).
+STICKY = ("left", "top_left", "top", "top_right", "right", "bottom_right", "bottom",
+          "bottom_left", "sprint", "dribble")
+MOVES = ACTIONS[1:9]
+#: Columns of an observation's ``units`` array: position, movement per step and
+#: possession. A player's possession is 1 if it owns the ball; the ball's is
+#: gfootball's ``ball_owned_team`` (-1 nobody, 0 our team, 1 the right team).
+UNIT_COLUMNS = ("x", "y", "z", "dx", "dy", "dz", "possession")
+
+
+class GameStep(NamedTuple):
+    """One step of a game (numpy values)."""
+
+    units: np.ndarray  # [U, 7] the step's last state (before a reset)
+    avail: np.ndarray  # [n_agents, 19]
+    reward: float
+    terminated: bool
+    truncated: bool
+    won: bool
+    half_court: bool
+
+
+def read_units(obs: Dict[str, Any], scenario: GRFScenario) -> np.ndarray:
+    """``[n_units, 7]`` float32 (:data:`UNIT_COLUMNS`) of a raw observation: the agents
+    (in the order of ``scenario.agents``), every right player, then the ball."""
+    left, right = np.asarray(obs["left_team"]), np.asarray(obs["right_team"])
+    if (len(left), len(right)) != (scenario.n_left, scenario.n_right):
+        raise ValueError(f"the game has {len(left)} left and {len(right)} right players; "
+                         f"scenario {scenario.name} has {scenario.n_left} and {scenario.n_right}")
+    agents = list(scenario.agents)
+    n = len(agents)
+    units = np.zeros((scenario.n_units, len(UNIT_COLUMNS)), dtype=np.float32)
+    units[:n, 0:2] = left[agents]
+    units[:n, 3:5] = np.asarray(obs["left_team_direction"])[agents]
+    units[n:-1, 0:2] = right
+    units[n:-1, 3:5] = obs["right_team_direction"]
+    units[-1, 0:3] = obs["ball"]
+    units[-1, 3:6] = obs["ball_direction"]
+    team, player = int(obs["ball_owned_team"]), int(obs["ball_owned_player"])
+    if team == 0 and player in agents:
+        units[agents.index(player), 6] = 1.0
+    elif team == 1 and 0 <= player < scenario.n_right:
+        units[n + player, 6] = 1.0
+    units[-1, 6] = float(team)
+    return units
+
+
+def available_actions(owns: np.ndarray, team: int, sticky: np.ndarray) -> np.ndarray:
+    """``[n_agents, 19]`` bool by the rule of the module docstring.
+
+    Args:
+        owns (ndarray): ``[n_agents]`` bool, the agent owns the ball.
+        team (int): ``ball_owned_team`` (-1, 0 ours, 1 theirs).
+        sticky (ndarray): ``[n_agents, 10]`` the agents' ``sticky_actions`` (:data:`STICKY`).
+    """
+    owns = np.asarray(owns, dtype=bool)
+    sticky = np.asarray(sticky).astype(bool)
+    if sticky.shape != (owns.size, len(STICKY)):
+        raise ValueError(f"sticky_actions must be [{owns.size}, {len(STICKY)}] "
+                         f"(got {sticky.shape})")
+    sprinting, dribbling = sticky[:, STICKY.index("sprint")], sticky[:, STICKY.index("dribble")]
+    moving = sticky[:, :8].any(1)
+    avail = np.ones((owns.size, N_ACTIONS), dtype=bool)
+    for name in ("long_pass", "high_pass", "short_pass", "shot"):
+        avail[:, A[name]] = owns
+    avail[:, A["sprint"]], avail[:, A["release_sprint"]] = ~sprinting, sprinting
+    avail[:, A["dribble"]], avail[:, A["release_dribble"]] = ~dribbling, dribbling
+    avail[:, A["release_direction"]] = moving
+    avail[:, A["sliding"]] = team != 0
+    return avail
+
+
+class Game:
+    """One gfootball game of a scenario, with the task's rules (module docstring).
+
+    Args:
+        scenario (GRFScenario or str): The scenario.
+        seed (int): Seeds the generator of the episodes' engine seeds.
+        time_limit (int, optional): Steps before an episode is cut. (default: :obj:`150`)
+        goal_reward (float, optional): Reward of a goal. (default: :obj:`100.0`)
+        end_reward (float, optional): Reward of any other end. (default: :obj:`-1.0`)
+    """
+
+    def __init__(self, scenario: "GRFScenario | str", seed: int, time_limit: int = 150,
+                 goal_reward: float = 100.0, end_reward: float = -1.0) -> None:
+        import gfootball.env as football_env
+
+        self.scenario = get_scenario(scenario)
+        self.time_limit, self.goal_reward, self.end_reward = time_limit, goal_reward, end_reward
+        self.rng = np.random.default_rng(seed)
+        # gfootball draws the order in which the engine processes the two teams once per
+        # game, from Python's global random state when the game is made; drawn here from
+        # the game's generator instead, so that a seed makes the same game anywhere
+        reverse = bool(self.rng.integers(2))
+        self.env = football_env.create_environment(
+            env_name=self.scenario.register(), representation="raw", rewards="scoring",
+            number_of_left_players_agent_controls=self.scenario.n_left,
+            other_config_options={"action_set": "v2", "reverse_team_processing": reverse},
+            render=False, write_video=False, write_goal_dumps=False,
+            write_full_episode_dumps=False)
+        self.t = 0
+        self.reset()
+
+    def reseed(self, seed: int) -> None:
+        """A new episode generator, and a new episode from it."""
+        self.rng = np.random.default_rng(seed)
+        self.reset()
+
+    def reset(self) -> None:
+        random.seed(int(self.rng.integers(2 ** 31 - 1)))  # gfootball's next engine seed
+        self._read(self.env.reset())
+        self.t = 0
+
+    def _read(self, raw: List[Dict[str, Any]]) -> None:
+        sc = self.scenario
+        obs = raw[0]
+        active = [int(o["active"]) for o in raw]
+        try:
+            self.controller = [active.index(p) for p in sc.agents]
+        except ValueError:
+            raise RuntimeError(f"gfootball assigned the controllers to the left players "
+                               f"{active}; the agents {sc.agents} need one each") from None
+        self.units = read_units(obs, sc)
+        sticky = np.stack([np.asarray(raw[c]["sticky_actions"]) for c in self.controller])
+        self.avail = available_actions(self.units[:sc.n_agents, 6] > 0,
+                                       int(obs["ball_owned_team"]), sticky)
+
+    def step(self, actions: Sequence[int]) -> GameStep:
+        """Step with one action id per agent; a finished episode is reset (the state
+        after it is :attr:`units` / :attr:`avail`)."""
+        sc = self.scenario
+        full = [BUILTIN_AI] * sc.n_left
+        for c, a in zip(self.controller, actions):
+            full[c] = int(a)
+        raw, _, done, info = self.env.step(full)
+        self.t += 1
+        self._read(raw)
+        units, avail = self.units, self.avail
+        reward, terminated, truncated, won, half = 0.0, False, False, False, False
+        if done:
+            won = float(info.get("score_reward", 0)) > 0
+            reward, terminated = (self.goal_reward if won else self.end_reward), True
+        elif units[-1, 0] < 0 or bool((units[:sc.n_agents, 0] < 0).any()):
+            reward, terminated, half = self.end_reward, True, True
+        elif self.t >= self.time_limit:
+            reward, truncated = self.end_reward, True
+        if terminated or truncated:
+            self.reset()
+        return GameStep(units, avail, reward, terminated, truncated, won, half)
+
+    def close(self) -> None:
+        self.env.close()
+
+
+# Engine processes -----------------------------------------------------------------------
+def _serve(conn: Connection, scenario: GRFScenario, seeds: List[int], options: dict) -> None:
+    """An engine process: its games, stepped on request (messages ``(command, arg)``)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the supervisor ends us, not Ctrl-C
+    games: List[Game] = []
+    try:
+        games = [Game(scenario, s, **options) for s in seeds]
+        conn.send(("ready", _current(games)))
+        while True:
+            cmd, arg = conn.recv()
+            if cmd == "step":
+                steps = [g.step(a) for g, a in zip(games, arg)]
+                conn.send(("step", (tuple(np.stack(v) for v in zip(*steps)), _current(games))))
+            elif cmd == "reseed":
+                for g, s in zip(games, arg):
+                    g.reseed(s)
+                conn.send(("reseed", _current(games)))
+            elif cmd == "close":
+                break
+            else:
+                raise ValueError(f"unknown command {cmd!r}")
+    except (EOFError, BrokenPipeError):
+        pass  # the supervisor has gone
+    except BaseException:
+        try:
+            conn.send(("error", traceback.format_exc()))
+        except OSError:
+            pass
+    finally:
+        for g in games:
+            g.close()
+
+
+def _current(games: List[Game]) -> Tuple[np.ndarray, np.ndarray]:
+    return np.stack([g.units for g in games]), np.stack([g.avail for g in games])
+
+
+class _Worker(NamedTuple):
+    process: Any
+    conn: Connection
+
+
+class PoolStep(NamedTuple):
+    """One step of every environment of a pool (numpy, batch first)."""
+
+    units: np.ndarray  # [num_envs, U, 7] last states (before resets)
+    avail: np.ndarray  # [num_envs, n_agents, 19]
+    reward: np.ndarray  # [num_envs] float32
+    terminated: np.ndarray  # [num_envs] bool
+    truncated: np.ndarray
+    won: np.ndarray
+    half_court: np.ndarray
+    dropped: np.ndarray  # [num_envs] bool: the environment's process was restarted
+
+
+_CONTEXT: Optional[Any] = None
+
+
+def _context():
+    """The forkserver context, its server preloaded with this module and gfootball."""
+    global _CONTEXT
+    if _CONTEXT is None:
+        method = "forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn"
+        ctx = mp.get_context(method)
+        if method == "forkserver":
+            ctx.set_forkserver_preload([__name__, "gfootball.env"])
+        _CONTEXT = ctx
+    return _CONTEXT
+
+
+class EnginePool:
+    """``num_envs`` games of a scenario in ``num_workers`` engine processes.
+
+    Args:
+        scenario (GRFScenario or str): The scenario.
+        num_envs (int): Games.
+        num_workers (int): Engine processes; the games are split into contiguous groups
+            as equal as possible (at most ``num_envs`` processes).
+        seed (int): Seeds the games (:meth:`reseed` for the scheme).
+        time_limit, goal_reward, end_reward: The rules (:class:`Game`).
+        step_timeout (float, optional): Seconds a process may take to answer a step
+            before it counts as hung. (default: :obj:`30.0`)
+        start_timeout (float, optional): Seconds a process may take to create its games.
+            (default: :obj:`120.0`)
+        max_restarts (int, optional): Restarts in a row of one process (without a step
+            in between) after which the pool gives up with a ``RuntimeError``.
+            (default: :obj:`3`)
+    """
+
+    def __init__(self, scenario: "GRFScenario | str", num_envs: int, num_workers: int, seed: int,
+                 time_limit: int = 150, goal_reward: float = 100.0, end_reward: float = -1.0,
+                 step_timeout: float = 30.0, start_timeout: float = 120.0,
+                 max_restarts: int = 3) -> None:
+        self.scenario = get_scenario(scenario)
+        for key, value in (("num_envs", num_envs), ("num_workers", num_workers),
+                           ("time_limit", time_limit), ("max_restarts", max_restarts)):
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+                raise ValueError(f"{key} must be a positive integer (got {value!r})")
+        for key, value in (("step_timeout", step_timeout), ("start_timeout", start_timeout)):
+            if not value > 0:
+                raise ValueError(f"{key} must be positive seconds (got {value!r})")
+        self.num_envs, self.seed = int(num_envs), int(seed)
+        self.options = dict(time_limit=int(time_limit), goal_reward=float(goal_reward),
+                            end_reward=float(end_reward))
+        self.step_timeout, self.start_timeout = float(step_timeout), float(start_timeout)
+        self.max_restarts = int(max_restarts)
+        self.groups = [g for g in np.array_split(np.arange(self.num_envs), int(num_workers))
+                       if len(g)]
+        sc = self.scenario
+        self.units = np.zeros((self.num_envs, sc.n_units, len(UNIT_COLUMNS)), dtype=np.float32)
+        self.avail = np.zeros((self.num_envs, sc.n_agents, N_ACTIONS), dtype=bool)
+        self.workers: List[Optional[_Worker]] = [None] * len(self.groups)
+        self.restarts = 0
+        self.events: List[str] = []  # one line per restart
+        self._spare_seeds = np.random.SeedSequence([self.seed, 1])  # for restarted games
+        try:
+            self._start(range(len(self.groups)), self._seeds(self.seed))
+        except BaseException:
+            self.close()
+            raise
+
+    @property
+    def num_workers(self) -> int:
+        return len(self.groups)
+
+    @property
+    def pids(self) -> List[int]:
+        """The engine processes' ids, one per worker."""
+        return [w.process.pid for w in self.workers if w is not None]
+
+    def _seeds(self, seed: int) -> List[int]:
+        """Game ``b``'s seed: child ``b`` of ``SeedSequence(seed)``, whatever the split."""
+        return [int(s.generate_state(1)[0]) for s in np.random.SeedSequence(seed).spawn(self.num_envs)]
+
+    def _start(self, which: Sequence[int], seeds: Sequence[int]) -> None:
+        """Start the processes ``which`` (in parallel), games seeded ``seeds[env]``."""
+        ctx = _context()
+        for w in which:
+            ours, theirs = ctx.Pipe()
+            group = [seeds[b] for b in self.groups[w]]
+            proc = ctx.Process(target=_serve, args=(theirs, self.scenario, group, self.options),
+                               name=f"grf-engine-{w}", daemon=True)
+            proc.start()
+            theirs.close()
+            self.workers[w] = _Worker(proc, ours)
+        deadline = time.monotonic() + self.start_timeout
+        for w in which:
+            msg = self._answer(w, deadline)
+            if msg is None or msg[0] != "ready":
+                why = self._failure(w, msg, self.start_timeout)
+                self._kill(w)
+                raise RuntimeError(f"GRF engine process {w} could not start its games: {why}")
+            self._store(w, msg[1])
+
+    def _answer(self, w: int, deadline: float) -> Optional[tuple]:
+        conn = self.workers[w].conn
+        try:
+            if conn.poll(max(0.0, deadline - time.monotonic())):
+                return conn.recv()
+        except (EOFError, OSError):
+            pass
+        return None
+
+    def _failure(self, w: int, msg: Optional[tuple], timeout: float) -> str:
+        """Why process ``w`` gave no usable answer."""
+        proc = self.workers[w].process
+        if msg is not None and msg[0] == "error":
+            return f"raised\n{msg[1]}"
+        proc.join(0.5)
+        if proc.exitcode is not None:
+            return f"exited with code {proc.exitcode}"
+        return f"did not answer within {timeout:g} s (hung)"
+
+    def _store(self, w: int, current: Tuple[np.ndarray, np.ndarray]) -> None:
+        units, avail = current
+        self.units[self.groups[w]] = units
+        self.avail[self.groups[w]] = avail
+
+    def _kill(self, w: int) -> None:
+        worker = self.workers[w]
+        if worker is None:
+            return
+        if worker.process.is_alive():
+            worker.process.kill()  # SIGKILL also ends a stopped process
+        worker.process.join(5.0)
+        worker.conn.close()
+        self.workers[w] = None
+
+    def _restart(self, w: int, why: str) -> None:
+        """Kill process ``w`` and start it again with freshly seeded games."""
+        group = self.groups[w]
+        pid = self.workers[w].process.pid
+        msg = (f"GRF engine process {w} (pid {pid}, environments {group[0]}-{group[-1]}) "
+               f"{why}; restarting it: the {len(group)} episodes it was playing are dropped")
+        log.warning(msg)
+        self.events.append(msg.splitlines()[0])
+        self._kill(w)
+        seeds = np.zeros(self.num_envs, dtype=np.int64)
+        for tries in range(1, self.max_restarts + 1):
+            seeds[group] = [int(s.generate_state(1)[0]) for s in self._spare_seeds.spawn(len(group))]
+            self.restarts += 1
+            try:
+                self._start([w], seeds.tolist())
+                return
+            except RuntimeError as e:
+                if tries == self.max_restarts:
+                    raise RuntimeError(f"GRF engine process {w} failed {tries} restarts in a "
+                                       f"row; last: {e}") from e
+                log.warning("%s; trying again", e)
+
+    def _exchange(self, cmd: str, args: Sequence[Any]) -> Tuple[Dict[int, Any], Dict[int, str]]:
+        """Send ``(cmd, args[w])`` to every process, then gather: the answers and the
+        failures by process."""
+        answers: Dict[int, Any] = {}
+        failed: Dict[int, str] = {}
+        pending: Dict[Connection, int] = {}
+        for w, worker in enumerate(self.workers):
+            try:
+                worker.conn.send((cmd, args[w]))
+                pending[worker.conn] = w
+            except (OSError, ValueError):
+                failed[w] = self._failure(w, None, self.step_timeout)
+        deadline = time.monotonic() + self.step_timeout
+        while pending:
+            ready = wait(list(pending), timeout=max(0.0, deadline - time.monotonic()))
+            if not ready:
+                break
+            for conn in ready:
+                w = pending.pop(conn)
+                try:
+                    msg = conn.recv()
+                except (EOFError, OSError):
+                    msg = None
+                if msg is None or msg[0] != cmd:
+                    failed[w] = self._failure(w, msg, self.step_timeout)
+                else:
+                    answers[w] = msg[1]
+        for w in pending.values():
+            failed[w] = self._failure(w, None, self.step_timeout)
+        return answers, failed
+
+    def step(self, actions: np.ndarray) -> PoolStep:
+        """Step every game with ``actions`` ``[num_envs, n_agents]`` (not checked here)."""
+        actions = np.asarray(actions)
+        answers, failed = self._exchange("step", [actions[g] for g in self.groups])
+        sc, B = self.scenario, self.num_envs
+        out = PoolStep(np.zeros_like(self.units), np.zeros_like(self.avail),
+                       np.zeros(B, np.float32), *(np.zeros(B, bool) for _ in range(5)))
+        for w, (last, current) in answers.items():
+            g = self.groups[w]
+            for field, value in zip(out[:7], last):
+                field[g] = value
+            self._store(w, current)
+        for w, why in failed.items():
+            self._restart(w, why)
+            g = self.groups[w]
+            out.units[g], out.avail[g] = self.units[g], self.avail[g]
+            out.dropped[g] = True
+        return out
+
+    def reseed(self, seed: int) -> None:
+        """Start a new episode in every game, game ``b`` drawing its episodes from child
+        ``b`` of ``SeedSequence(seed)``: the same seed plays the same episodes, however
+        the games are split over processes."""
+        seeds = self._seeds(seed)
+        answers, failed = self._exchange("reseed", [[seeds[b] for b in g] for g in self.groups])
+        for w, current in answers.items():
+            self._store(w, current)
+        for w, why in failed.items():
+            self._restart(w, why)
+
+    def close(self) -> None:
+        """End every engine process (idempotent)."""
+        for w, worker in enumerate(self.workers):
+            if worker is None:
+                continue
+            try:
+                worker.conn.send(("close", None))
+            except (OSError, ValueError):
+                pass
+        deadline = time.monotonic() + 5.0
+        for w, worker in enumerate(self.workers):
+            if worker is None:
+                continue
+            worker.process.join(max(0.0, deadline - time.monotonic()))
+            self._kill(w)
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    def __repr__(self) -> str:
+        return (f"{self.__class__.__name__}({self.scenario.name}, num_envs={self.num_envs}, "
+                f"num_workers={self.num_workers}, pid {os.getpid()})")

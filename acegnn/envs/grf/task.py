@@ -1,0 +1,331 @@
+"""Google Research Football as a graph task (paper Appendix: "Input Feature of ACE on
+GRF" and the interaction-aware action embedding).
+
+* **Nodes**: ``player`` (the agents: our outfield players the learner controls),
+  ``opponent`` (every right player, the keeper included) and ``ball``.
+  A player's and an opponent's features: its unit id (a one-hot over its type's units:
+  a GRF scenario never changes its counts), position ``(x, y)``, speed (its movement
+  per step, times :data:`SPEED_SCALE`) and whether it owns the ball (gfootball's
+  ``ball_owned_team`` is its team and ``ball_owned_player`` is itself). The ball's:
+  position ``(x, y, z)``, direction (movement per step, times :data:`SPEED_SCALE`) and
+  which team owns it (two flags, ours and theirs).
+* **Edges**: every ordered pair of distinct units (eight relations between the three
+  types); features: the distance on the two axes, ``dst - src`` in pitch units.
+* **Actions**: gfootball's 19 standard actions, one kind each (slot = action id), all
+  ``targeted`` at the ball. Every action of every player has its active embedding (its
+  kind's); only the **ball owner's** actions also send a passive message to the ball:
+  the batch switches the target on per state (``target_on``) where the player owns the
+  ball, and off for everyone else. Availability: :mod:`acegnn.envs.grf.engine`.
+
+An observation, what replay stores, is two arrays per environment: ``units``
+``[n_agents + n_opponents + 1, 7]`` float (:data:`~acegnn.envs.grf.engine.UNIT_COLUMNS`:
+the agents, the opponents, the ball) and ``avail`` ``[n_agents, 19]`` bool.
+
+The rules (reward, ends, the half-court loss) are :mod:`acegnn.envs.grf.engine`'s; the
+engines run in processes that the task restarts when they crash or hang, marking the
+lost episodes in :attr:`~acegnn.envs.base.Transition.dropped`. A game cannot be
+snapshotted (:meth:`GRFTask.state_dict` is ``None``): a resumed run starts new episodes.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import ClassVar, Dict, List, Optional, Tuple
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+from torch_geometric.data import Batch
+
+from acegnn.envs.base import EvalResult, Policy, Scene, Transition, VecTask, first_episodes
+from acegnn.envs.grf.engine import ACTIONS, MOVES, N_ACTIONS, UNIT_COLUMNS, EnginePool
+from acegnn.envs.grf.scenarios import SCENARIOS, GRFScenario, get_scenario
+from acegnn.graph import ActionKind, DenseLayout, GraphSchema, dense_actions, full_edges, unit_index
+
+#: A unit's movement per step times this is its speed feature (a sprinting player moves
+#: about 0.01 a step; the official ACE code divides by 0.02).
+SPEED_SCALE = 50.0
+NODE_TYPES = ("player", "opponent", "ball")
+RELATIONS = tuple((s, "near", d) for s in NODE_TYPES for d in NODE_TYPES
+                  if not (s == d == "ball"))
+EDGE_FEATURES = 2  # dx, dy
+BALL_FEATURES = 8  # x, y, z, dx, dy, dz, owned by us, owned by them
+#: One grid step of a move action drawn as an arrow (``y`` grows downwards).
+MOVE_VECTORS = {"left": (-1, 0), "top_left": (-1, -1), "top": (0, -1), "top_right": (1, -1),
+                "right": (1, 0), "bottom_right": (1, 1), "bottom": (0, 1), "bottom_left": (-1, 1)}
+
+
+@lru_cache(maxsize=None)
+def grf_schema(n_agents: int, n_opponents: int) -> GraphSchema:
+    """The schema of a scenario with ``n_agents`` players and ``n_opponents`` opponents
+    (the unit-id one-hots make the widths depend on the counts)."""
+    return GraphSchema(
+        node_types={"player": n_agents + 5, "opponent": n_opponents + 5, "ball": BALL_FEATURES},
+        edge_types={et: EDGE_FEATURES for et in RELATIONS},
+        agent_types=("player",),
+        action_kinds=tuple(ActionKind(a, targeted=True) for a in ACTIONS),
+    )
+
+
+@lru_cache(maxsize=None)
+def grf_layout(n_agents: int, n_opponents: int) -> DenseLayout:
+    """Units, all-pairs edges and the action table shared by every state: each player's
+    19 slots, of kinds 0..18, all aimed at ball 0 (switched per state by ``target_on``)."""
+    schema = grf_schema(n_agents, n_opponents)
+    counts = {"player": n_agents, "opponent": n_opponents, "ball": 1}
+    edges = {et: full_edges(counts[et[0]], counts[et[2]], same=et[0] == et[2]) for et in RELATIONS}
+    actions = dense_actions(schema, "player", torch.arange(N_ACTIONS),
+                            available=torch.ones(n_agents, N_ACTIONS, dtype=torch.bool),
+                            target=torch.zeros(N_ACTIONS, dtype=torch.long), target_type="ball")
+    return DenseLayout(schema, counts, edges, actions)
+
+
+def grf_graphs(units: Tensor, avail: Tensor, n_agents: int) -> Batch:
+    """Graph batch of observations ``units`` ``[B, U, 7]`` and ``avail``
+    ``[B, n_agents, 19]`` (the opponents are the rows between the agents and the ball)."""
+    if units.dim() != 3 or units.size(2) != len(UNIT_COLUMNS) or units.size(1) < n_agents + 2:
+        raise ValueError(f"units must be [B, n_agents + n_opponents + 1, {len(UNIT_COLUMNS)}] "
+                         f"with {n_agents} agents (got {tuple(units.shape)})")
+    B, U, _ = units.shape
+    if avail.shape != (B, n_agents, N_ACTIONS):
+        raise ValueError(f"avail must be [{B}, {n_agents}, {N_ACTIONS}] (got {tuple(avail.shape)})")
+    n_opp = U - n_agents - 1
+    units = units.float()
+    pos, speed, owns = units[..., 0:2], units[..., 3:5] * SPEED_SCALE, units[..., 6:7]
+    rows = {"player": slice(0, n_agents), "opponent": slice(n_agents, U - 1),
+            "ball": slice(U - 1, U)}
+    x = {}
+    for t, n in (("player", n_agents), ("opponent", n_opp)):
+        s = rows[t]
+        ids = torch.eye(n, dtype=units.dtype, device=units.device).expand(B, n, n)
+        x[t] = torch.cat([ids, pos[:, s], speed[:, s], owns[:, s]], dim=2)
+    ball = units[:, -1]
+    team = ball[:, 6:7]
+    x["ball"] = torch.cat([ball[:, 0:3], ball[:, 3:6] * SPEED_SCALE, (team == 0).to(units.dtype),
+                           (team == 1).to(units.dtype)], dim=1).unsqueeze(1)
+    layout = grf_layout(n_agents, n_opp)
+    edge_attr = {}
+    for et in RELATIONS:
+        src, dst = layout.edge_index[et]
+        edge_attr[et] = pos[:, rows[et[2]]][:, dst] - pos[:, rows[et[0]]][:, src]  # [B, E, 2]
+    # only the ball owner's actions reach the ball: [B, n_agents * 19]
+    target_on = (owns[:, :n_agents, 0] > 0).repeat_interleave(N_ACTIONS, dim=1)
+    out = layout.batch(x, edge_attr, avail.reshape(B, -1).bool(), target_on=target_on)
+    out["player"].order_key = (pos[:, :n_agents, 0].double() * 1e4
+                               + pos[:, :n_agents, 1].double()).reshape(-1)
+    return out
+
+
+@dataclass
+class GRFEval(EvalResult):
+    """Greedy test episodes on GRF (the paper's protocol: 32 episodes, no exploration)."""
+
+    win_rate: float
+    """Fraction of episodes in which we scored."""
+    mean_return: float
+    """Mean undiscounted return (+100 a goal, -1 any other end)."""
+    mean_steps: float
+    """Mean episode length; an episode cut at the time limit counts the limit."""
+
+    success_metric: ClassVar[str] = "win_rate"
+    success_threshold: ClassVar[float] = 1.0
+    headline: ClassVar[Tuple[str, ...]] = ("win_rate", "mean_return")
+
+
+class GRFTask(VecTask):
+    """Google Research Football scenarios as graphs, the games in engine processes.
+
+    Args:
+        scenario (str or GRFScenario): A name in
+            :data:`~acegnn.envs.grf.scenarios.SCENARIOS`. (default:
+            :obj:`"academy_3_vs_1_with_keeper"`)
+        num_envs (int, optional): Games stepped together. (default: :obj:`8`)
+        seed (int, optional): Seeds the games. (default: :obj:`0`)
+        num_workers (int, optional): Engine processes the games are split over.
+            (default: :obj:`2`)
+        time_limit (int, optional): Steps before an episode is cut. (default: :obj:`150`)
+        goal_reward (float, optional): Reward of a goal. (default: :obj:`100.0`)
+        end_reward (float, optional): Reward of every other end. (default: :obj:`-1.0`)
+        eval_envs (int, optional): Games that play the test episodes (in rounds), made
+            at the first evaluation and kept. (default: :obj:`8`)
+        step_timeout (float, optional): Seconds before an engine process that has not
+            answered a step counts as hung and is restarted. (default: :obj:`30.0`)
+        start_timeout (float, optional): Seconds an engine process may take to start.
+            (default: :obj:`120.0`)
+    """
+
+    def __init__(self, scenario: "str | GRFScenario" = "academy_3_vs_1_with_keeper",
+                 num_envs: int = 8, seed: int = 0, num_workers: int = 2, time_limit: int = 150,
+                 goal_reward: float = 100.0, end_reward: float = -1.0, eval_envs: int = 8,
+                 step_timeout: float = 30.0, start_timeout: float = 120.0) -> None:
+        self.spec = get_scenario(scenario)
+        if isinstance(eval_envs, bool) or not isinstance(eval_envs, int) or eval_envs < 1:
+            raise ValueError(f"eval_envs must be a positive integer (got {eval_envs!r})")
+        self.num_envs, self.seed, self.time_limit = num_envs, seed, time_limit
+        self.eval_envs = eval_envs
+        self._pool_args = dict(num_workers=num_workers, time_limit=time_limit,
+                               goal_reward=goal_reward, end_reward=end_reward,
+                               step_timeout=step_timeout, start_timeout=start_timeout)
+        self.n_agents = self.spec.n_agents
+        self.schema = grf_schema(self.n_agents, self.spec.n_right)
+        self.obs_spec = {"units": ((self.spec.n_units, len(UNIT_COLUMNS)), torch.float32),
+                         "avail": ((self.n_agents, N_ACTIONS), torch.bool)}
+        self._eval: Optional[Tuple[int, int, GRFTask]] = None  # (seed, games, task)
+        self.pool = EnginePool(self.spec, num_envs, seed=seed, **self._pool_args)
+
+    @property
+    def num_workers(self) -> int:
+        return self.pool.num_workers
+
+    def observe(self) -> Dict[str, Tensor]:
+        return {"units": torch.from_numpy(self.pool.units.copy()),
+                "avail": torch.from_numpy(self.pool.avail.copy())}
+
+    def _check_actions(self, actions: Tensor) -> Tensor:
+        if tuple(actions.shape) != (self.num_envs, self.n_agents):
+            raise ValueError(f"actions must be [{self.num_envs}, {self.n_agents}] "
+                             f"(got {tuple(actions.shape)})")
+        actions = actions.long().cpu()
+        avail = torch.from_numpy(self.pool.avail)
+        inside = (actions >= 0) & (actions < N_ACTIONS)
+        ok = inside & avail.gather(2, actions.clamp(0, N_ACTIONS - 1).unsqueeze(-1)).squeeze(-1)
+        if not bool(ok.all()):
+            b, i = (int(v) for v in (~ok).nonzero()[0])
+            free = [ACTIONS[k] for k in avail[b, i].nonzero().view(-1).tolist()]
+            raise ValueError(f"action {int(actions[b, i])} of agent {i} in game {b} is not "
+                             f"available (available: {free})")
+        return actions
+
+    def step(self, actions: Tensor) -> Transition:
+        out = self.pool.step(self._check_actions(actions).numpy())
+        return Transition(
+            reward=torch.from_numpy(out.reward), terminated=torch.from_numpy(out.terminated),
+            truncated=torch.from_numpy(out.truncated),
+            next_obs={"units": torch.from_numpy(out.units), "avail": torch.from_numpy(out.avail)},
+            dropped=torch.from_numpy(out.dropped),
+            info={"won": torch.from_numpy(out.won), "half_court": torch.from_numpy(out.half_court)})
+
+    def graphs(self, obs: Dict[str, Tensor]) -> Batch:
+        return grf_graphs(obs["units"], obs["avail"], self.n_agents)
+
+    def restart(self, seed: int) -> None:
+        """A new episode in every game, drawn from ``seed`` (the same seed, the same
+        episodes for the same actions)."""
+        self.pool.reseed(seed)
+
+    def _eval_task(self, seed: int, games: int) -> GRFTask:
+        """The games that play test episodes with ``seed`` (made with that seed at its
+        first evaluation, then kept)."""
+        if self._eval is not None and self._eval[:2] == (seed, games):
+            return self._eval[2]
+        if self._eval is not None:
+            self._eval[2].close()
+            self._eval = None
+        test = GRFTask(self.spec, games, seed, eval_envs=self.eval_envs, **self._pool_args)
+        self._eval = (seed, games, test)
+        return test
+
+    def evaluate(self, act: Policy, episodes: int = 32, seed: int = 0) -> GRFEval:
+        """Play ``episodes`` episodes with ``act`` on ``eval_envs`` games of their own
+        (made with ``seed``), in rounds of one episode per game; round ``r`` reseeds the
+        games from ``(seed, r)``: the same seed plays the same episodes, whatever the
+        training task's seed."""
+        if episodes < 1:
+            raise ValueError(f"episodes must be >= 1 (got {episodes})")
+        test = self._eval_task(seed, min(self.eval_envs, episodes))
+        returns, length, won = [], [], []
+        left, r = episodes, 0
+        while left > 0:
+            test.restart(seed * 1_000_003 + r)
+            ep = first_episodes(test, act, self.time_limit)
+            k = min(left, test.num_envs)
+            returns.append(ep.returns[:k])
+            length.append(ep.length[:k].float())
+            won.append(ep.info["won"][:k].float())
+            left, r = left - k, r + 1
+        def mean(parts: List[Tensor]) -> float:
+            return float(torch.cat(parts).mean())
+
+        return GRFEval(win_rate=mean(won), mean_return=mean(returns), mean_steps=mean(length))
+
+    def close(self) -> None:
+        """End the engine processes (this task's and its evaluation's)."""
+        if self._eval is not None:
+            self._eval[2].close()
+            self._eval = None
+        self.pool.close()
+
+    def scene(self) -> Scene:
+        """The pitch (``y`` grows downwards), its halfway line and goal mouths; the eight
+        moves drawn as arrows of 0.05."""
+        lines = (((-1.0, -0.42), (1.0, -0.42)), ((1.0, -0.42), (1.0, 0.42)),
+                 ((1.0, 0.42), (-1.0, 0.42)), ((-1.0, 0.42), (-1.0, -0.42)),
+                 ((0.0, -0.42), (0.0, 0.42)),
+                 ((-1.0, -0.044), (-1.03, -0.044)), ((-1.03, -0.044), (-1.03, 0.044)),
+                 ((-1.03, 0.044), (-1.0, 0.044)),
+                 ((1.0, -0.044), (1.03, -0.044)), ((1.03, -0.044), (1.03, 0.044)),
+                 ((1.03, 0.044), (1.0, 0.044)))
+        moves = tuple((m, (0.05 * MOVE_VECTORS[m][0], 0.05 * MOVE_VECTORS[m][1])) for m in MOVES)
+        return Scene(xlim=(-1.05, 1.05), ylim=(-0.45, 0.45), lines=lines, moves=moves,
+                     invert_y=True)
+
+    def unit_positions(self, graphs: Batch) -> Tensor:
+        """Each unit's ``(x, y)`` read back from its features."""
+        idx = unit_index(self.schema, graphs, check=False)
+        pos = torch.empty(idx.num_units, 2)
+        ids = {"player": self.n_agents, "opponent": self.spec.n_right, "ball": 0}
+        for t, k in ids.items():
+            pos[idx.flat[t].cpu()] = graphs[t].x[:, k:k + 2].float().cpu()
+        return pos
+
+    def __repr__(self) -> str:
+        return (f"{self.__class__.__name__}(scenario={self.spec.name}, num_envs={self.num_envs}, "
+                f"num_workers={self.num_workers})")
+
+
+@dataclass
+class GRFConfig:
+    """Google Research Football settings (``env.name: grf``)."""
+
+    name: str = "grf"
+    scenario: str = "academy_3_vs_1_with_keeper"
+    """A name in acegnn.envs.grf.scenarios.SCENARIOS."""
+    num_envs: int = 8
+    """Games stepped together while collecting (the paper's collector_env_num)."""
+    num_workers: int = 2
+    """Engine processes the games are split over (the engines step in parallel)."""
+    time_limit: int = 150
+    """Steps before an episode is cut (truncated, with the end reward)."""
+    goal_reward: float = 100.0
+    """Reward of a goal (CDS)."""
+    end_reward: float = -1.0
+    """Reward of every other end: the ball out, lost, back in our half, the time limit."""
+    eval_envs: int = 8
+    """Games that play the test episodes, in rounds (made at the first evaluation)."""
+    step_timeout: float = 30.0
+    """Seconds before an engine process that has not answered a step is restarted."""
+    start_timeout: float = 120.0
+    """Seconds an engine process may take to create its games."""
+
+    def __post_init__(self) -> None:
+        if self.scenario not in SCENARIOS:
+            raise ValueError(f"env.scenario must be one of {sorted(SCENARIOS)} "
+                             f"(got {self.scenario!r})")
+        for key in ("num_envs", "num_workers", "time_limit", "eval_envs"):
+            value = getattr(self, key)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"env.{key} must be a positive integer (got {value!r})")
+        if self.num_workers > self.num_envs:
+            raise ValueError(f"env.num_workers must be <= env.num_envs ({self.num_envs}): a "
+                             f"process holds at least one game (got {self.num_workers})")
+        for key in ("step_timeout", "start_timeout"):
+            if not getattr(self, key) > 0:
+                raise ValueError(f"env.{key} must be positive seconds (got {getattr(self, key)!r})")
+        if not self.goal_reward > self.end_reward:
+            raise ValueError(f"env.goal_reward must exceed env.end_reward (got "
+                             f"{self.goal_reward} and {self.end_reward})")
+
+    def make(self, seed: int) -> GRFTask:
+        return GRFTask(self.scenario, self.num_envs, seed, self.num_workers, self.time_limit,
+                       self.goal_reward, self.end_reward, self.eval_envs, self.step_timeout,
+                       self.start_timeout)
