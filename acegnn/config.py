@@ -126,9 +126,10 @@ def from_dict(d: dict) -> ExperimentConfig:
 #: Config keys that may differ between a run and its resumption: raising
 #: ``total_samples`` (or dropping ``stop_on_success``) trains a finished run further,
 #: exactly as a run started with the larger budget would have gone on; exact evaluations
-#: only add columns to ``eval.csv``, drawn episodes only images to TensorBoard.
+#: only add columns to ``eval.csv``, drawn episodes only images to TensorBoard, and how
+#: often a checkpoint is written changes nothing of what is learned.
 RESUMABLE_KEYS = ("halt_after", "progress", "total_samples", "stop_on_success",
-                  "exact_eval_every", "log_episode")
+                  "exact_eval_every", "log_episode", "checkpoint_every")
 
 
 def comparable(config: dict) -> dict:

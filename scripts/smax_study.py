@@ -158,15 +158,19 @@ def main(argv=None) -> None:
         print(text)
         return
     t0 = time.perf_counter()
+    failed: List[str] = []
     if ns.records:
         records = [r for path in ns.records for r in json.load(open(path))]
     else:
         jobs = [(v, s, seed) for v in ns.variants for s in ns.scenarios for seed in ns.seeds]
-        records = []
+        records, failed = [], []
         with ThreadPoolExecutor(max_workers=ns.jobs) as pool:
-            futures = [pool.submit(run_one, *job, ns) for job in jobs]
+            futures = {pool.submit(run_one, *job, ns): job for job in jobs}
             for f in as_completed(futures):
-                records.append(f.result())
+                try:
+                    records.append(f.result())
+                except RuntimeError as e:  # the others go on; their records are kept
+                    failed.append(f"{futures[f]}: {e}")
         if ns.json:
             write_text(ns.json, json.dumps(sorted(records, key=lambda r: (r["variant"], r["scenario"],
                                                                           r["seed"])), indent=1))
@@ -177,6 +181,8 @@ def main(argv=None) -> None:
         plot(records, ns.plot)
     print(text)
     print(f"study wall-clock {time.perf_counter() - t0:.0f} s", file=sys.stderr)
+    if not ns.records and failed:
+        sys.exit("failed runs (rerun the same command to resume them):\n" + "\n".join(failed))
 
 
 if __name__ == "__main__":
