@@ -264,8 +264,10 @@ def _serve(conn: Connection, scenario: GRFScenario, seeds: List[int], options: d
             g.close()
 
 
-def _current(games: List[Game]) -> Tuple[np.ndarray, np.ndarray]:
-    return np.stack([g.units for g in games]), np.stack([g.avail for g in games])
+def _current(games: List[Game]) -> Tuple[np.ndarray, np.ndarray, float]:
+    """The games' current states, and the CPU seconds this process has used."""
+    return (np.stack([g.units for g in games]), np.stack([g.avail for g in games]),
+            time.process_time())
 
 
 class _Worker(NamedTuple):
@@ -343,6 +345,9 @@ class EnginePool:
         self.units = np.zeros((self.num_envs, sc.n_units, len(UNIT_COLUMNS)), dtype=np.float32)
         self.avail = np.zeros((self.num_envs, sc.n_agents, N_ACTIONS), dtype=bool)
         self.workers: List[Optional[_Worker]] = [None] * len(self.groups)
+        self.cpu_s = [0.0] * len(self.groups)
+        """CPU seconds each engine process has used since it started (as of its last
+        answer)."""
         self.restarts = 0
         self.events: List[str] = []  # one line per restart
         self._spare_seeds = np.random.SeedSequence([self.seed, 1])  # for restarted games
@@ -404,8 +409,8 @@ class EnginePool:
             return f"exited with code {proc.exitcode}"
         return f"did not answer within {timeout:g} s (hung)"
 
-    def _store(self, w: int, current: Tuple[np.ndarray, np.ndarray]) -> None:
-        units, avail = current
+    def _store(self, w: int, current: Tuple[np.ndarray, np.ndarray, float]) -> None:
+        units, avail, self.cpu_s[w] = current
         self.units[self.groups[w]] = units
         self.avail[self.groups[w]] = avail
 
