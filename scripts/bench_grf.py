@@ -190,7 +190,8 @@ def _table(res: dict) -> str:
              f"measurement, {res['rounds']} rounds; {m['cores']} cores (autogroup "
              f"{m['sched_autogroup']}), load {m['load_avg_1m']} at the start, "
              f"{m['load_avg_1m_end']} at the end", ""]
-    lines.append(f"{'env steps/s':<46}" + "".join(f"{f'{w} proc':>11}" for w in ws) + f"{'2 v 1':>9}")
+    lines.append(f"{'env steps/s':<46}" + "".join(f"{f'{w} proc':>11}" for w in ws)
+                 + f"{'2 v 1':>9}")
     for key, ratio, what in (("env_steps_per_s", "speedup_2_vs_1", "all rounds"),
                              ("quiet_env_steps_per_s", "quiet_speedup_2_vs_1", "quiet rounds"),
                              ("projected_env_steps_per_s", "projected_speedup_2_vs_1",

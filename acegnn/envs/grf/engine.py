@@ -208,6 +208,9 @@ class Game:
         """Step with one action id per agent; a finished episode is reset (the state
         after it is :attr:`units` / :attr:`avail`)."""
         sc = self.scenario
+        if len(actions) != sc.n_agents:
+            raise ValueError(f"a {sc.name} game needs one action per agent ({sc.n_agents}) "
+                             f"(got {list(actions)})")
         full = [BUILTIN_AI] * sc.n_left
         for c, a in zip(self.controller, actions):
             full[c] = int(a)
@@ -368,7 +371,8 @@ class EnginePool:
 
     def _seeds(self, seed: int) -> List[int]:
         """Game ``b``'s seed: child ``b`` of ``SeedSequence(seed)``, whatever the split."""
-        return [int(s.generate_state(1)[0]) for s in np.random.SeedSequence(seed).spawn(self.num_envs)]
+        children = np.random.SeedSequence(seed).spawn(self.num_envs)
+        return [int(s.generate_state(1)[0]) for s in children]
 
     def _start(self, which: Sequence[int], seeds: Sequence[int]) -> None:
         """Start the processes ``which`` (in parallel), games seeded ``seeds[env]``."""
@@ -435,7 +439,8 @@ class EnginePool:
         self._kill(w)
         seeds = np.zeros(self.num_envs, dtype=np.int64)
         for tries in range(1, self.max_restarts + 1):
-            seeds[group] = [int(s.generate_state(1)[0]) for s in self._spare_seeds.spawn(len(group))]
+            children = self._spare_seeds.spawn(len(group))
+            seeds[group] = [int(s.generate_state(1)[0]) for s in children]
             self.restarts += 1
             try:
                 self._start([w], seeds.tolist())
@@ -481,7 +486,7 @@ class EnginePool:
         """Step every game with ``actions`` ``[num_envs, n_agents]`` (not checked here)."""
         actions = np.asarray(actions)
         answers, failed = self._exchange("step", [actions[g] for g in self.groups])
-        sc, B = self.scenario, self.num_envs
+        B = self.num_envs
         out = PoolStep(np.zeros_like(self.units), np.zeros_like(self.avail),
                        np.zeros(B, np.float32), *(np.zeros(B, bool) for _ in range(5)))
         for w, (last, current) in answers.items():

@@ -163,7 +163,7 @@ class GRFScenario:
         ``importlib.import_module`` finds first); returns the level name to create."""
         level = self.gfootball_level
         if self.layout is not None:
-            import gfootball.scenarios  # noqa: F401  the parent package must be loaded
+            import gfootball.scenarios  # noqa: F401 (the parent package must be loaded)
 
             module = types.ModuleType(f"gfootball.scenarios.{level}",
                                       f"acegnn scenario {self.name} (a Layout)")

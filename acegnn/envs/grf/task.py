@@ -33,7 +33,6 @@ from functools import lru_cache
 from typing import ClassVar, Dict, List, Optional, Tuple
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 from torch_geometric.data import Batch
 

@@ -1,0 +1,471 @@
+"""Google Research Football (gfootball 2.10.2) as graphs, on the real engine: features and
+masks of real states, the paper's rules (goal, half-court loss, time limit), the ball
+owner's passive message, engine processes killed or hung mid-collection, determinism,
+a tiny training run and the benchmark's smoke run.
+
+Engine processes cost about a second each to start; the tests share a few games.
+"""
+import importlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import types
+
+import numpy as np
+import pytest
+import torch
+
+pytest.importorskip("gfootball.env")
+
+from acegnn.envs.grf import (ACTIONS, SCENARIOS, EnginePool, Game, GRFConfig,  # noqa: E402
+                             GRFScenario, GRFTask, Layout, grf_schema)
+from acegnn.envs.grf.engine import STICKY, available_actions, read_units  # noqa: E402
+
+ROOT = os.path.join(os.path.dirname(__file__), "..")
+A = {name: i for i, name in enumerate(ACTIONS)}
+GOAL = Layout(ball=(0.77, 0.0), left=((-1.0, 0.0, "GK"), (0.75, 0.0, "CF")),
+              right=((1.0, 0.0, "GK"),))  # gfootball's empty-goal-close: their keeper is away
+BACK = Layout(ball=(0.06, 0.0), left=((-1.0, 0.0, "GK"), (0.04, 0.0, "CF")),
+              right=((-1.0, 0.0, "GK"),))  # the agent and the ball a few steps from our half
+RUN = Layout(ball=(0.46, 0.0), left=((-1.0, 0.0, "GK"), (0.03, 0.1, "CF"), (0.45, 0.0, "CF")),
+             right=((-1.0, 0.0, "GK"),))  # an agent near our half, the other at the ball
+# (a lone player nearest a loose ball runs to it whatever it is told)
+
+
+def layout_scenario(name, layout):
+    return GRFScenario(name, n_left=len(layout.left), n_right=len(layout.right),
+                       agents=tuple(range(1, len(layout.left))), layout=layout)
+
+
+def target_on_landed():
+    from acegnn.graph import DenseLayout
+    import inspect
+
+    return "target_on" in inspect.signature(DenseLayout.batch).parameters
+
+
+needs_target_on = pytest.mark.skipif(not target_on_landed(),
+                                     reason="DenseLayout.batch has no target_on yet")
+
+
+class Recorder:
+    """A stand-in for gfootball's scenario builder that records what a scenario file adds."""
+
+    def __init__(self):
+        from gfootball.scenarios import Team
+
+        self.cfg, self.team, self.ball = types.SimpleNamespace(), None, None
+        self.players = {"left": [], "right": []}
+        self._left = Team.e_Left
+
+    def config(self):
+        return self.cfg
+
+    def SetTeam(self, team):
+        self.team = "left" if team == self._left else "right"
+
+    def AddPlayer(self, x, y, role, lazy=False, controllable=True):
+        self.players[self.team].append((x, y))
+
+    def SetBallPosition(self, x, y):
+        self.ball = (x, y)
+
+
+def scenario_file(scenario):
+    """Start positions as the scenario's source (gfootball's file or the layout) gives
+    them, the right team unmirrored."""
+    rec = Recorder()
+    if scenario.layout is not None:
+        scenario.layout.build(rec)
+    else:
+        importlib.import_module(f"gfootball.scenarios.{scenario.level}").build_scenario(rec)
+    left = np.array(rec.players["left"])[list(scenario.agents)]
+    right = -np.array(rec.players["right"])
+    return left, right, np.array(rec.ball), rec.cfg
+
+
+# No engine ---------------------------------------------------------------------------------
+def test_bad_settings_are_refused_with_the_value():
+    with pytest.raises(ValueError, match="env.scenario.*'academy_nope'"):
+        GRFConfig(scenario="academy_nope")
+    with pytest.raises(ValueError, match=r"env.num_workers must be <= env.num_envs \(2\).*3"):
+        GRFConfig(num_envs=2, num_workers=3)
+    with pytest.raises(ValueError, match="env.step_timeout.*-1"):
+        GRFConfig(step_timeout=-1)
+    with pytest.raises(ValueError, match="num_workers must be a positive integer.*0"):
+        EnginePool("academy_3_vs_1_with_keeper", 2, 0, seed=0)
+    with pytest.raises(ValueError, match="unknown player role 'XX'"):
+        Layout(ball=(0, 0), left=((-1, 0, "GK"), (0, 0, "XX")), right=((-1, 0, "GK"),))
+    with pytest.raises(ValueError, match=r"agents must be distinct left players in 0..1 .*\(5,\)"):
+        GRFScenario("x", 2, 1, agents=(5,), layout=BACK)
+
+
+def test_available_actions_follow_ownership_and_sticky_flags():
+    sticky = np.zeros((3, len(STICKY)), dtype=np.uint8)
+    sticky[1, STICKY.index("sprint")] = 1
+    sticky[2, STICKY.index("dribble")] = sticky[2, STICKY.index("top")] = 1
+    avail = available_actions(np.array([True, False, False]), 0, sticky)
+    on = lambda i: {ACTIONS[k] for k in np.flatnonzero(avail[i])}  # noqa: E731
+    moves = set(ACTIONS[:9])
+    assert on(0) == moves | {"long_pass", "high_pass", "short_pass", "shot", "sprint", "dribble"}
+    assert on(1) == moves | {"release_sprint", "dribble"}
+    assert on(2) == moves | {"sprint", "release_dribble", "release_direction"}
+    # sliding only while our team does not own the ball
+    assert avail[:, A["sliding"]].sum() == 0
+    assert available_actions(np.zeros(3, bool), 1, sticky)[:, A["sliding"]].all()
+    with pytest.raises(ValueError, match=r"sticky_actions must be \[3, 10\]"):
+        available_actions(np.zeros(3, bool), -1, sticky[:, :9])
+
+
+# Real states -------------------------------------------------------------------------------
+@pytest.mark.parametrize("name", sorted(SCENARIOS))
+def test_a_reset_reads_the_scenario_file(name):
+    sc = SCENARIOS[name]
+    game = Game(sc, seed=0)
+    try:
+        n, units, avail = sc.n_agents, game.units, game.avail
+        left, right, ball, cfg = scenario_file(sc)
+        assert units.shape == (sc.n_units, 7) and avail.shape == (n, 19)
+        # positions where the file puts them (the engine runs a few frames until the
+        # ball is in play), the right team mirrored
+        np.testing.assert_allclose(units[:n, :2], left, atol=0.02)
+        np.testing.assert_allclose(units[n:-1, :2], right, atol=0.02)
+        np.testing.assert_allclose(units[-1, :2], ball, atol=0.02)
+        assert cfg.end_episode_on_possession_change and not cfg.deterministic
+        # the ball: owned by nobody or by us; at most one owner row
+        raw = game.env.unwrapped.observation()[0]
+        team, player = int(raw["ball_owned_team"]), int(raw["ball_owned_player"])
+        assert units[-1, 6] == team
+        owners = np.flatnonzero(units[:-1, 6])
+        if team == 0 and player in sc.agents:
+            assert owners.tolist() == [list(sc.agents).index(player)]
+        else:
+            assert owners.size == 0
+        # masks: passes and shot only for the owner, nobody sprints or dribbles yet
+        passes = [A[k] for k in ("long_pass", "high_pass", "short_pass", "shot")]
+        assert (avail[:, passes] == units[:n, 6:7].astype(bool)).all()
+        assert avail[:, A["sprint"]].all() and not avail[:, A["release_sprint"]].any()
+        assert avail[:, A["dribble"]].all() and not avail[:, A["release_dribble"]].any()
+    finally:
+        game.close()
+
+
+def test_the_right_team_owning_the_ball_marks_an_opponent():
+    obs = {"left_team": np.zeros((4, 2)), "right_team": np.array([[1.0, 0.0], [0.7, 0.1]]),
+           "left_team_direction": np.zeros((4, 2)), "right_team_direction": np.zeros((2, 2)),
+           "ball": np.array([0.7, 0.1, 0.1]), "ball_direction": np.zeros(3),
+           "ball_owned_team": 1, "ball_owned_player": 1}
+    units = read_units(obs, SCENARIOS["academy_3_vs_1_with_keeper"])
+    assert units[:, 6].tolist() == [0, 0, 0, 0, 1, 1]  # opponent 1 owns it; the ball: team 1
+    obs["ball_owned_team"] = 0  # our player 1 is agent 0 (the keeper is no unit)
+    assert read_units(obs, SCENARIOS["academy_3_vs_1_with_keeper"])[:, 6].tolist() == \
+        [1, 0, 0, 0, 0, 0]
+
+
+# The rules ---------------------------------------------------------------------------------
+def play(game, policy, limit=60):
+    """Steps until an episode ends: the GameSteps."""
+    steps = []
+    for _ in range(limit):
+        a = policy(game)
+        s = game.step(a if isinstance(a, list) else [a])
+        steps.append(s)
+        if s.terminated or s.truncated:
+            return steps
+    raise AssertionError(f"no episode end in {limit} steps")
+
+
+def test_running_back_into_our_half_loses():
+    game = Game(layout_scenario("run", RUN), seed=1)
+    try:
+        assert game.units[0, 0] > 0 and game.units[-1, 0] > 0
+        steps = play(game, lambda g: [A["left"], A["idle"]])
+        last = steps[-1]
+        assert [s.reward for s in steps[:-1]] == [0.0] * (len(steps) - 1)
+        assert last.terminated and not last.truncated and last.half_court and not last.won
+        assert last.reward == -1.0
+        assert last.units[0, 0] < 0 < last.units[-1, 0]  # the agent crossed, the ball did not
+        assert game.t == 0 and game.units[0, 0] > 0  # reset at once
+    finally:
+        game.close()
+
+
+def test_passing_the_ball_back_into_our_half_loses():
+    game = Game(layout_scenario("back", BACK), seed=3)
+    try:
+        def back_pass(g):  # turn to our goal, then a long pass once the ball is ours
+            if g.t < 2:
+                return A["left"]
+            return A["long_pass"] if g.avail[0, A["long_pass"]] else A["idle"]
+
+        last = play(game, back_pass)[-1]
+        assert last.terminated and last.half_court and last.reward == -1.0
+        assert last.units[-1, 0] < 0 < last.units[0, 0]  # the ball crossed, the agent did not
+    finally:
+        game.close()
+
+
+def test_a_goal_pays_100_and_a_time_out_is_truncated_with_minus_1():
+    sc = layout_scenario("goal", GOAL)
+    game = Game(sc, seed=2)
+    try:
+        shoot = lambda g: A["shot"] if g.avail[0, A["shot"]] else A["right"]  # noqa: E731
+        last = play(game, shoot)[-1]
+        assert last.won and last.terminated and last.reward == 100.0 and not last.half_court
+    finally:
+        game.close()
+    game = Game(sc, seed=2, time_limit=3)
+    try:
+        steps = play(game, lambda g: A["idle"], limit=3)
+        assert [(s.reward, s.terminated, s.truncated) for s in steps] == \
+            [(0.0, False, False), (0.0, False, False), (-1.0, False, True)]
+    finally:
+        game.close()
+
+
+def test_the_same_seed_plays_the_same_episode():
+    def run(seed):
+        game = Game("academy_3_vs_1_with_keeper", seed=seed)
+        rng = np.random.default_rng(0)
+        out = []
+        try:
+            for _ in range(25):
+                acts = [int(rng.choice(np.flatnonzero(a))) for a in game.avail]
+                out.append(game.step(acts).units)
+        finally:
+            game.close()
+        return np.stack(out)
+
+    a, b = run(5), run(5)
+    np.testing.assert_array_equal(a, b)
+
+
+# Graphs ------------------------------------------------------------------------------------
+@needs_target_on
+def test_graph_features_and_the_ball_owners_passive_message():
+    from acegnn.graph import unit_index
+    from acegnn.nn import ACENetwork
+    from acegnn.nn.se_state import apply_actions
+
+    sc = SCENARIOS["academy_3_vs_1_with_keeper"]
+    game = Game(sc, seed=0)
+    try:
+        for _ in range(10):  # until our player 1 owns the ball (2-4 frames)
+            if game.units[0, 6] > 0:
+                break
+            game.step([A["idle"]] * 3)
+        units, avail = torch.from_numpy(game.units)[None], torch.from_numpy(game.avail)[None]
+    finally:
+        game.close()
+    assert units[0, 0, 6] == 1, "our player 1 should own the ball"
+    from acegnn.envs.grf import grf_graphs
+
+    schema = grf_schema(3, 2)
+    g = grf_graphs(units, avail, 3)
+    idx = unit_index(schema, g)
+    # node features: id one-hot, position, speed x 50, owner flag; the ball's 3-D state
+    p = g["player"].x
+    assert torch.equal(p[:, :3], torch.eye(3))
+    assert torch.allclose(p[:, 3:5], units[0, :3, :2]) and p[:, 7].tolist() == [1, 0, 0]
+    assert torch.allclose(p[:, 5:7], units[0, :3, 3:5] * 50)
+    b = g["ball"].x[0]
+    assert torch.allclose(b[:3], units[0, -1, :3]) and b[6:].tolist() == [1.0, 0.0]
+    # edges: distance on two axes, dst - src
+    e = g["player", "near", "opponent"]
+    src, dst = e.edge_index
+    assert torch.allclose(e.edge_attr, units[0, 3 + dst, :2] - units[0, src, :2])
+    # every slot aims at the ball, but only the owner's reach it
+    target = idx.action_target.view(3, 19)
+    ball_row = int(idx.flat["ball"][0])
+    assert (target[0] == ball_row).all() and (target[1:] == -1).all()
+    assert idx.action_available.view(3, 19)[0, A["shot"]] and \
+        not idx.action_available.view(3, 19)[1:, A["shot"]].any()
+    net = ACENetwork(schema, hidden=16)
+    enc = net.encode(g)
+
+    def changed(a):  # the unit rows the messages of action a land on
+        return (apply_actions(enc.units, enc, torch.tensor([a])) != enc.units).any(1)
+
+    rows = torch.nonzero(changed(A["shot"])).view(-1).tolist()  # the owner shoots
+    assert rows == sorted([int(idx.flat["player"][0]), ball_row])
+    rows = torch.nonzero(changed(19 + A["right"])).view(-1).tolist()  # player 2 runs
+    assert rows == [int(idx.flat["player"][1])]
+
+
+# Engine processes --------------------------------------------------------------------------
+def random_policy(gen):
+    def act(graphs):
+        avail = graphs["action"].available.view(-1, 19)
+        return (torch.rand(avail.shape, generator=gen) * avail).argmax(1)
+    return act
+
+
+@needs_target_on
+def test_a_killed_engine_process_loses_only_its_open_episodes():
+    from acegnn.algos.collector import Collector
+
+    task = GRFTask("academy_3_vs_1_with_keeper", num_envs=4, seed=0, num_workers=2)
+    try:
+        rows = []
+        collector = Collector(task, rows.append)
+        victim = task.pool.pids[0]  # environments 0 and 1
+        policy = random_policy(torch.Generator().manual_seed(0))
+        calls = []
+
+        def act(graphs):
+            calls.append(1)
+            if len(calls) == 6:
+                os.kill(victim, signal.SIGKILL)  # dies while the decision is made
+            return policy(graphs)
+
+        stats = collector.run(act, steps=10)
+        kept = [s.actions.size(0) for s in rows]
+        assert kept == [4] * 5 + [2] + [4] * 4  # step 6 lost games 0 and 1, nothing else
+        assert stats["dropped_episodes"] == 2.0 and collector.samples == 38
+        assert task.pool.restarts == 1 and task.pool.pids[0] != victim
+        assert len(task.pool.events) == 1 and "exited with code -9" in task.pool.events[0]
+        # every game's stored steps chain (next state = the following state) except where
+        # an episode ended; games 2 and 3 (rows 0 and 1 of step 6) never broke off
+        games = [[0, 1, 2, 3]] * 5 + [[2, 3]] + [[0, 1, 2, 3]] * 4
+        for k in range(1, 10):
+            prev, cur = rows[k - 1], rows[k]
+            ended = prev.transition.terminated | prev.transition.truncated
+            for j, b in enumerate(games[k]):
+                if b not in games[k - 1]:
+                    continue  # game 0 or 1 right after its process restarted
+                i = games[k - 1].index(b)
+                if not ended[i]:
+                    assert torch.equal(cur.obs["units"][j], prev.transition.next_obs["units"][i])
+        pids = task.pool.pids
+    finally:
+        task.close()
+    time.sleep(0.5)
+    assert not any(os.path.exists(f"/proc/{pid}") for pid in pids + [victim])
+
+
+@needs_target_on
+def test_a_hung_engine_process_is_restarted_after_the_step_timeout():
+    task = GRFTask("academy_3_vs_1_with_keeper", num_envs=2, seed=0, num_workers=2,
+                   step_timeout=2.0)
+    try:
+        gen = torch.Generator().manual_seed(0)
+        policy = random_policy(gen)
+        stuck = task.pool.pids[1]
+        os.kill(stuck, signal.SIGSTOP)  # sleeps for good: alive, never answers
+        t0 = time.monotonic()
+        tr = task.step(policy(task.graphs(task.observe())).view(2, 3))
+        assert 2.0 <= time.monotonic() - t0 < 30
+        assert tr.dropped.tolist() == [False, True]
+        assert tr.reward[1] == 0 and not tr.terminated[1] and not tr.truncated[1]
+        assert "did not answer within 2 s (hung)" in task.pool.events[0]
+        assert task.pool.pids[1] != stuck and task.pool.restarts == 1
+        for _ in range(50):  # the stopped process was killed (and reaped by the forkserver)
+            if not os.path.exists(f"/proc/{stuck}"):
+                break
+            time.sleep(0.1)
+        assert not os.path.exists(f"/proc/{stuck}")
+        for _ in range(3):  # the new process steps as the old one did
+            tr = task.step(policy(task.graphs(task.observe())).view(2, 3))
+            assert not tr.dropped.any()
+        # an engine that raises is restarted too (an action id gfootball does not know,
+        # past the task's own check)
+        out = task.pool.step(np.array([[0, 0, 0], [0, 0, 99]]))
+        assert out.dropped.tolist() == [False, True] and "raised" in task.pool.events[1]
+        # the task refuses an action that is not available, naming it
+        b, i, a = (int(v) for v in (~task.observe()["avail"]).nonzero()[0])
+        actions = torch.zeros(2, 3, dtype=torch.long)
+        actions[b, i] = a
+        with pytest.raises(ValueError, match=f"action {a} of agent {i} in game {b} is not avail"):
+            task.step(actions)
+    finally:
+        task.close()
+
+
+@needs_target_on
+def test_evaluation_plays_the_same_episodes_for_the_same_seed():
+    def policy(graphs):  # deterministic: the owner shoots, everyone else runs right
+        avail = graphs["action"].available.view(-1, 19)
+        return torch.where(avail[:, A["shot"]], A["shot"], A["right"])
+
+    one = GRFTask("academy_3_vs_1_with_keeper", num_envs=1, seed=0, num_workers=1, eval_envs=2)
+    other = GRFTask("academy_3_vs_1_with_keeper", num_envs=2, seed=1, num_workers=2, eval_envs=2)
+    try:
+        first = one.evaluate(policy, episodes=4, seed=7)
+        assert one.evaluate(policy, episodes=4, seed=7) == first  # the games are kept
+        # another training seed, the test games split over two processes: the same
+        assert other.evaluate(policy, episodes=4, seed=7) == first
+        assert 0 <= first.win_rate <= 1 and 1 <= first.mean_steps <= 150
+        assert one.state_dict() is None
+    finally:
+        one.close()
+        other.close()
+
+
+# The command line and the benchmark -------------------------------------------------------
+GRF_INSTALL = "bash scripts/install_grf.sh"
+
+
+def registered():
+    """The ``grf`` entry of the env registry (registered here until acegnn.envs has it)."""
+    from acegnn.envs import ENVS, register_env
+
+    if "grf" not in ENVS:
+        register_env("grf", "acegnn.envs.grf:GRFConfig", requires=("gfootball.env",),
+                     install=GRF_INSTALL)
+    return ENVS
+
+
+@pytest.mark.parametrize("config,lr,decay", [
+    ("configs/grf_3_vs_1_with_keeper.yaml", 0.002, 50_000),
+    ("configs/grf_counterattack_hard.yaml", 0.0009, 300_000)])
+def test_the_paper_configs_load(config, lr, decay):
+    from acegnn.config import load_config
+
+    registered()
+    cfg = load_config(os.path.join(ROOT, config))
+    assert cfg.env.num_envs == 8 and cfg.train.episodes_per_collect == 32
+    assert cfg.train.batch_size == 320 and cfg.train.buffer_size == 300_000
+    assert cfg.algo.optimizer == "rmsprop" and cfg.algo.target_theta == 0.08
+    assert cfg.model.hidden == 128 and cfg.algo.weight_decay == 1e-5
+    assert (cfg.algo.lr, cfg.train.eps_decay) == (lr, decay)
+
+
+@needs_target_on
+def test_a_tiny_training_run_through_the_command_line(tmp_path):
+    from acegnn.cli import main
+
+    registered()
+    args = ["train", os.path.join(ROOT, "configs/grf_3_vs_1_with_keeper.yaml"),
+            "env.num_envs=2", "env.num_workers=2", "env.eval_envs=2",
+            "train.total_samples=40", "train.episodes_per_collect=0",
+            "train.samples_per_collect=20", "train.batch_size=8", "train.learning_starts=8",
+            "train.updates_per_collect=1", "train.eval_every=40", "train.eval_episodes=2",
+            "train.checkpoint_every=0", "train.progress=false", "model.hidden=16",
+            f"run.dir={tmp_path}", "run.name=r"]
+    assert main(args) == 0
+    header = (tmp_path / "r" / "eval.csv").read_text().splitlines()[0]
+    assert header == "samples,win_rate,mean_return,mean_steps"
+    train = (tmp_path / "r" / "train.csv").read_text().splitlines()[0]
+    assert "env_steps_per_s" in train
+
+
+@needs_target_on
+def test_bench_grf_quick_reports_every_figure(tmp_path):
+    out = tmp_path / "grf.json"
+    text = subprocess.run([sys.executable, "scripts/bench_grf.py", "--quick", "--json", str(out)],
+                          cwd=ROOT, capture_output=True, text=True, check=True,
+                          env=dict(os.environ, OMP_NUM_THREADS="1")).stdout
+    res = json.loads(out.read_text())
+    printed = json.loads(next(line for line in text.splitlines() if line.startswith("{")))
+    assert printed == res and res["quick"] is True and res["machine"]["torch_threads"] == 1
+    for policy in ("random", "ace"):
+        for key in ("env_steps_per_s", "projected_env_steps_per_s",
+                    "learner_cpu_ms_per_env_step", "engines_cpu_ms_per_env_step"):
+            assert set(res[key][policy]) == {"1", "2"}
+            assert all(v > 0 for v in res[key][policy].values())
+        assert res["speedup_2_vs_1"][policy] > 0 and res["projected_speedup_2_vs_1"][policy] > 0
+    assert len(res["records"]) == 4 and res["rounds"] == 1
+    assert "ACE acting, all rounds" in text and "projected, free cores" in text
