@@ -140,8 +140,8 @@ class GRFTask(VecTask):
             :obj:`"academy_3_vs_1_with_keeper"`)
         num_envs (int, optional): Games stepped together. (default: :obj:`8`)
         seed (int, optional): Seeds the games. (default: :obj:`0`)
-        num_workers (int, optional): Engine processes the games are split over.
-            (default: :obj:`2`)
+        num_workers (int, optional): Engine processes the games are split over (at most
+            one per game). (default: :obj:`2`)
         time_limit (int, optional): Steps before an episode is cut. (default: :obj:`150`)
         goal_reward (float, optional): Reward of a goal. (default: :obj:`100.0`)
         end_reward (float, optional): Reward of every other end. (default: :obj:`-1.0`)
@@ -292,7 +292,8 @@ class GRFConfig:
     num_envs: int = 8
     """Games stepped together while collecting (the paper's collector_env_num)."""
     num_workers: int = 2
-    """Engine processes the games are split over (the engines step in parallel)."""
+    """Engine processes the games are split over (the engines step in parallel); at most
+    one per game is started."""
     time_limit: int = 150
     """Steps before an episode is cut (truncated, with the end reward)."""
     goal_reward: float = 100.0
@@ -314,9 +315,6 @@ class GRFConfig:
             value = getattr(self, key)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"env.{key} must be a positive integer (got {value!r})")
-        if self.num_workers > self.num_envs:
-            raise ValueError(f"env.num_workers must be <= env.num_envs ({self.num_envs}): a "
-                             f"process holds at least one game (got {self.num_workers})")
         for key in ("step_timeout", "start_timeout"):
             if not getattr(self, key) > 0:
                 raise ValueError(f"env.{key} must be positive seconds (got {getattr(self, key)!r})")
