@@ -22,6 +22,9 @@ extras_require = {
     # StarCraft II battles: the protocol messages. The game adapter also needs oxwhirl/smac,
     # installed from its repository (README); never the PyPI package `smac` (SMAC3).
     "sc2": ["s2clientprotocol>=5"],
+    # Google Research Football: what its tasks import beside the engine; the engine itself
+    # (gfootball, built from source) comes from `bash scripts/install_grf.sh`.
+    "grf": ["psutil", "six"],
 }
 
 setup(
