@@ -33,7 +33,7 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 
 from acegnn.algos.checkpoint import SUCCESS_CHECKPOINT
 from acegnn.utils.io import write_text
-from acegnn.utils.runs import acegnn, train_or_resume
+from acegnn.utils.runs import acegnn, read_csv, train_or_resume
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Paper Table 1: (mean, std) of samples to 100% (millions) and steps gap, per grid.
@@ -186,11 +186,8 @@ def main(argv=None) -> None:
 def success_curve(run_dir: str):
     """(samples, success rate) of a run's evaluations (not of rows with an exact
     evaluation only, from ``train.exact_eval_every``)."""
-    import csv
-
-    with open(os.path.join(run_dir, "eval.csv"), newline="") as f:
-        rows = [r for r in csv.DictReader(f) if r["success_rate"]]
-    return [int(r["samples"]) for r in rows], [float(r["success_rate"]) for r in rows]
+    rows = [r for r in read_csv(os.path.join(run_dir, "eval.csv")) if "success_rate" in r]
+    return [int(r["samples"]) for r in rows], [r["success_rate"] for r in rows]
 
 
 def plot(records, path: str) -> None:

@@ -96,8 +96,7 @@ class _Engine:
         self.env, self.jax, self.jnp = env, jax, jnp
         self.n_allies, self.n_enemies = len(sc.allies), len(sc.enemies)
         self.time_limit = time_limit
-        ours = jnp.array([UNIT_TYPES.index(t) for t in SMAX_TYPES], dtype=jnp.float32)
-        self._ours = ours
+        self._ours = jnp.array([UNIT_TYPES.index(t) for t in SMAX_TYPES], dtype=jnp.float32)
         stats = {"attack": [0.0] * len(UNIT_TYPES), "sight": [0.0] * len(UNIT_TYPES)}
         for i, name in enumerate(SMAX_TYPES):
             stats["attack"][UNIT_TYPES.index(name)] = float(env.unit_type_attack_ranges[i])
