@@ -40,17 +40,6 @@ def layout_scenario(name, layout):
                        agents=tuple(range(1, len(layout.left))), layout=layout)
 
 
-def target_on_landed():
-    from acegnn.graph import DenseLayout
-    import inspect
-
-    return "target_on" in inspect.signature(DenseLayout.batch).parameters
-
-
-needs_target_on = pytest.mark.skipif(not target_on_landed(),
-                                     reason="DenseLayout.batch has no target_on yet")
-
-
 class Recorder:
     """A stand-in for gfootball's scenario builder that records what a scenario file adds."""
 
@@ -244,7 +233,6 @@ def test_the_same_seed_plays_the_same_episode():
 
 
 # Graphs ------------------------------------------------------------------------------------
-@needs_target_on
 def test_graph_features_and_the_ball_owners_passive_message():
     from acegnn.graph import unit_index
     from acegnn.nn import ACENetwork
@@ -303,7 +291,6 @@ def random_policy(gen):
     return act
 
 
-@needs_target_on
 def test_a_killed_engine_process_loses_only_its_open_episodes():
     from acegnn.algos.collector import Collector
 
@@ -346,7 +333,6 @@ def test_a_killed_engine_process_loses_only_its_open_episodes():
     assert not any(os.path.exists(f"/proc/{pid}") for pid in pids + [victim])
 
 
-@needs_target_on
 def test_a_hung_engine_process_is_restarted_after_the_step_timeout():
     task = GRFTask("academy_3_vs_1_with_keeper", num_envs=2, seed=0, num_workers=2,
                    step_timeout=2.0)
@@ -384,7 +370,6 @@ def test_a_hung_engine_process_is_restarted_after_the_step_timeout():
         task.close()
 
 
-@needs_target_on
 def test_evaluation_plays_the_same_episodes_for_the_same_seed():
     def policy(graphs):  # deterministic: the owner shoots, everyone else runs right
         avail = graphs["action"].available.view(-1, 19)
@@ -405,26 +390,13 @@ def test_evaluation_plays_the_same_episodes_for_the_same_seed():
 
 
 # The command line and the benchmark -------------------------------------------------------
-GRF_INSTALL = "bash scripts/install_grf.sh"
-
-
-def registered():
-    """The ``grf`` entry of the env registry (registered here until acegnn.envs has it)."""
-    from acegnn.envs import ENVS, register_env
-
-    if "grf" not in ENVS:
-        register_env("grf", "acegnn.envs.grf:GRFConfig", requires=("gfootball.env",),
-                     install=GRF_INSTALL)
-    return ENVS
-
-
 @pytest.mark.parametrize("config,lr,decay", [
     ("configs/grf_3_vs_1_with_keeper.yaml", 0.002, 50_000),
-    ("configs/grf_counterattack_hard.yaml", 0.0009, 300_000)])
+    ("configs/grf_counterattack_hard.yaml", 0.0009, 300_000),
+    ("configs/grf_3_vs_1_with_keeper_qmix.yaml", 0.002, 50_000)])
 def test_the_paper_configs_load(config, lr, decay):
     from acegnn.config import load_config
 
-    registered()
     cfg = load_config(os.path.join(ROOT, config))
     assert cfg.env.num_envs == 8 and cfg.train.episodes_per_collect == 32
     assert cfg.train.batch_size == 320 and cfg.train.buffer_size == 300_000
@@ -433,12 +405,13 @@ def test_the_paper_configs_load(config, lr, decay):
     assert (cfg.algo.lr, cfg.train.eps_decay) == (lr, decay)
 
 
-@needs_target_on
-def test_a_tiny_training_run_through_the_command_line(tmp_path):
+@pytest.mark.parametrize("config", ["grf_3_vs_1_with_keeper.yaml",
+                                    "grf_3_vs_1_with_keeper_qmix.yaml"])
+def test_a_tiny_training_run_through_the_command_line(tmp_path, config):
+    """ACE and the QMIX-SHARED baseline train on the real engine through `acegnn train`."""
     from acegnn.cli import main
 
-    registered()
-    args = ["train", os.path.join(ROOT, "configs/grf_3_vs_1_with_keeper.yaml"),
+    args = ["train", os.path.join(ROOT, "configs", config),
             "env.num_envs=2", "env.num_workers=2", "env.eval_envs=2",
             "train.total_samples=40", "train.episodes_per_collect=0",
             "train.samples_per_collect=20", "train.batch_size=8", "train.learning_starts=8",
@@ -452,7 +425,6 @@ def test_a_tiny_training_run_through_the_command_line(tmp_path):
     assert "env_steps_per_s" in train
 
 
-@needs_target_on
 def test_bench_grf_quick_reports_every_figure(tmp_path):
     out = tmp_path / "grf.json"
     text = subprocess.run([sys.executable, "scripts/bench_grf.py", "--quick", "--json", str(out)],

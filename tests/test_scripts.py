@@ -181,22 +181,34 @@ def test_bench_spiders_keeps_the_records_of_finished_runs_when_one_fails(tmp_pat
     assert (rec["method"], rec["seed"], rec["samples"]) == ("ace_dqn", 0, 256)
 
 
-def test_smax_study_reports_median_and_quartiles(tmp_path):
-    """The battle study's table and plot from saved records (no training): the median
-    and the 25-75% percentiles of the win rate over seeds at each evaluation, curves cut
-    to the evaluations every seed reached, and the wall-clock projected to 2M steps."""
-    def rec(variant, seed, rates, wall):
+def test_study_reports_median_and_quartiles(tmp_path):
+    """The study's table and plot from saved records (no training): the median and the
+    25-75% percentiles of the win rate over seeds at each evaluation, curves cut to the
+    evaluations every seed reached, the wall-clock projected to 2M steps, and SMAX and
+    football records kept apart (a record without ``env`` is SMAX's)."""
+    def rec(variant, seed, rates, wall, **env):
         return {"variant": variant, "scenario": "5m_vs_6m", "seed": seed, "run_dir": "x",
                 "samples": 2000, "wall_s": wall, "env_steps_per_s": 2000 / wall,
-                "curve": [[1000 * (k + 1), r] for k, r in enumerate(rates)]}
-    recs = [rec("ace", 0, [0.0, 0.0], 100.0), rec("ace", 1, [0.0, 0.5], 100.0),
-            rec("ace", 2, [0.25, 1.0, 1.0], 400.0), rec("qmix", 0, [0.0, 0.125], 50.0)]
+                "curve": [[1000 * (k + 1), r] for k, r in enumerate(rates)], **env}
+    recs = [rec("ace", 0, [0.0, 0.0], 100.0), rec("ace", 1, [0.0, 0.5], 100.0, env="smax"),
+            rec("ace", 2, [0.25, 1.0, 1.0], 400.0), rec("qmix", 0, [0.0, 0.125], 50.0),
+            {**rec("ace", 0, [0.75, 0.875], 10.0, env="grf"),
+             "scenario": "academy_3_vs_1_with_keeper"}]
     path, md, png = tmp_path / "r.json", tmp_path / "t.md", tmp_path / "c.png"
     path.write_text(json.dumps(recs))
-    run(["scripts/smax_study.py", "--records", str(path), "--markdown", str(md), "--plot", str(png)])
+    run(["scripts/study.py", "--records", str(path), "--markdown", str(md), "--plot", str(png)])
     table = md.read_text()
     # ACE at its second evaluation (seed 2's third is cut): rates 0, 0.5, 1 -> 0.50 (0.25-0.75);
     # median rate 20 env steps/s -> 2M steps in 100,000 s = 27.8 h
     assert "| ACE | 5m_vs_6m | 3 | 2,000 | 0.50 (0.25-0.75) | 20 | 0.03 h | 27.8 h |" in table
     assert "| QMIX-SHARED | 5m_vs_6m | 1 | 2,000 | 0.12 (0.12-0.12) | 40 | 0.01 h | 13.9 h |" in table
+    assert ("| ACE | academy_3_vs_1_with_keeper | 1 | 2,000 | 0.88 (0.88-0.88) | 200 | 0.00 h "
+            "| 2.8 h |") in table
     assert png.stat().st_size > 1000
+
+
+def test_study_refuses_a_variant_the_environment_lacks():
+    out = subprocess.run([sys.executable, "scripts/study.py", "--env", "grf", "--variants",
+                          "ace_wo_ia", "--records", "none.json"], cwd=ROOT, capture_output=True,
+                         text=True)
+    assert out.returncode == 2 and "--env grf has no variant ace_wo_ia" in out.stderr
