@@ -18,7 +18,7 @@ def _run_dir(cfg) -> str:
 
 def cmd_train(args: argparse.Namespace) -> int:
     from acegnn.algos.checkpoint import CHECKPOINT, load_checkpoint
-    from acegnn.algos.trainer import Trainer
+    from acegnn.algos.on_policy import loop_of
     from acegnn.config import (check_resumable, load_config, make_learner, make_task,
                                to_dict, to_yaml)
     from acegnn.utils.io import write_text
@@ -56,7 +56,9 @@ def cmd_train(args: argparse.Namespace) -> int:
 
             check_drawable(learner)
             hooks.append(TensorBoardEpisode(cfg))
-        trainer = Trainer(task, learner, cfg.train, cfg.seed, run_dir, to_dict(cfg), hooks)
+        # the learner names its loop: off-policy (replay) or on-policy (ACE-PPO)
+        trainer = loop_of(learner)(task, learner, cfg.train, cfg.seed, run_dir, to_dict(cfg),
+                                   hooks)
         print(f"run directory: {run_dir}", file=sys.stderr)
         if state is not None:
             trainer.load_state_dict(state, path)

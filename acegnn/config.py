@@ -220,17 +220,24 @@ def evaluate_checkpoint(path: str, episodes: int = 32, seed: int = 2024,
     Returns:
         ``checkpoint`` (the file), ``samples`` (its training samples), ``evaluation``
         (the task's :class:`~acegnn.envs.EvalResult`) and ``exact`` (its exact
-        evaluation, in the order of training's, or :obj:`None` if it has none).
+        evaluation, in the order of training's, or :obj:`None` if it has none). Where
+        the learner offers other policies (:func:`~acegnn.envs.base.named_policies`;
+        ACE-CTDE's decentralised ``dec``), both are
+        :class:`~acegnn.envs.base.Evaluations` that add theirs, prefixed by name.
     """
     from acegnn.algos.trainer import greedy
     from acegnn.envs import ExactEvaluation
+    from acegnn.envs.base import evaluate_policies, named_policies
 
     cfg, state, task, learner = restore(path, env_overrides)
     try:
-        result = task.evaluate(greedy(learner, seed), episodes, seed)
+        result = evaluate_policies(lambda act: task.evaluate(act, episodes, seed),
+                                   greedy(learner, seed), named_policies(learner, seed))
         exact = None
         if isinstance(task, ExactEvaluation):  # as in training: the eval seed's order
-            exact = task.exact_evaluate(greedy(learner, cfg.train.eval_seed))
+            train_seed = cfg.train.eval_seed
+            exact = evaluate_policies(task.exact_evaluate, greedy(learner, train_seed),
+                                      named_policies(learner, train_seed))
     finally:
         task.close()
     return {"checkpoint": state["path"], "samples": state["samples"], "evaluation": result,

@@ -6,9 +6,12 @@ use as ``algo.name``.
 """
 from typing import Union
 
+from acegnn.algos.ace_ctde import ACECTDE, ACECTDEConfig
 from acegnn.algos.ace_dqn import ACEDQN, ACEDQNConfig, TDTargets
+from acegnn.algos.ace_ppo import ACEPPO, ACEPPOConfig
 from acegnn.algos.checkpoint import load_checkpoint
 from acegnn.algos.collector import Collector, Step
+from acegnn.algos.on_policy import OnPolicyTrainer, loop_of
 from acegnn.algos.trainer import Learner, Trainer, TrainConfig
 from acegnn.algos.value_decomposition import METHODS, ValueDecomposition
 from acegnn.utils.registry import Registry
@@ -31,9 +34,12 @@ def register_learner(name: str, learner: Union[str, type], replace: bool = False
 
 
 register_learner("ace_dqn", ACEDQN)
+register_learner("ace_ppo", ACEPPO)
+register_learner("ace_ctde", ACECTDE)
 for _method in METHODS:
     register_learner(_method, ValueDecomposition)
 
-__all__ = ["ACEDQN", "ACEDQNConfig", "Collector", "LEARNERS", "Learner", "Step", "TDTargets",
-           "Trainer", "TrainConfig", "ValueDecomposition", "load_checkpoint",
+__all__ = ["ACECTDE", "ACECTDEConfig", "ACEDQN", "ACEDQNConfig", "ACEPPO", "ACEPPOConfig",
+           "Collector", "LEARNERS", "Learner", "OnPolicyTrainer", "Step", "TDTargets",
+           "Trainer", "TrainConfig", "ValueDecomposition", "load_checkpoint", "loop_of",
            "register_learner"]

@@ -15,6 +15,13 @@ limit), and :math:`\gamma_{se} = \gamma` as in the paper's Eq. 1 or ``1`` when
 ``intermediate_discount`` is off. With ``double_q`` the online network selects the
 maximising action and the target network values it.
 
+``nstep > 1`` (the official code's ``nstep``; :mod:`acegnn.buffers.replay`) replaces the
+last SE-state's target by the ``m``-step one, :math:`R_t + \gamma_t \max_{a_1}
+V'(s_{t+m, a_1})` with :math:`R_t = \sum_{k<m} \gamma^k r_{t+k}` and the replayed
+discount :math:`\gamma_t = \gamma^m` (0 when the episode terminated within the ``m``
+steps); the SE-states inside the step keep :math:`\gamma_{se} V'` of the next SE-state,
+and the last-agent target below bootstraps likewise.
+
 ``target="last_agent"`` is the official code's target instead (``SMACACEDQNPolicy.
 _forward_learn`` of opendilab/ACE, with ``nstep=1``): every SE-state of the step regresses
 to the one target of the last agent, without discount inside the step:
@@ -41,7 +48,7 @@ over every unit ``j`` of every node type ``t`` (alive or not, as the official co
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Dict, NamedTuple, Optional
+from typing import Dict, NamedTuple, Optional, Tuple
 
 import torch
 from torch import Tensor, nn
@@ -171,16 +178,22 @@ class ACEDQN(QLearner):
 
     # Learning -------------------------------------------------------------------------
     def td_targets(self, graphs: Batch, actions: Tensor, reward: Tensor, terminated: Tensor,
-                   next_graphs: Batch, generator: Optional[torch.Generator] = None) -> TDTargets:
-        """Values of the replayed SE-states and their targets (Eq. 1, or the last agent's
+                   next_graphs: Batch, generator: Optional[torch.Generator] = None, *,
+                   boot_graphs: Optional[Batch] = None,
+                   discount: Optional[Tensor] = None) -> TDTargets:
+        r"""Values of the replayed SE-states and their targets (Eq. 1, or the last agent's
         with ``target="last_agent"``).
 
         Args:
             graphs: states ``s``; ``actions`` ``[num_agents]`` the joint actions taken;
-            reward, terminated: ``[num_graphs]``; next_graphs: states ``s'``.
+            reward, terminated: ``[num_graphs]``; next_graphs: states ``s'``;
+            boot_graphs: the states bootstrapped from (``nstep > 1``: :math:`s_{t+m}`;
+            ``None``: ``next_graphs``); discount: ``[num_graphs]`` their factor
+            (``None``: :math:`\gamma (1 - d)`).
         """
         cfg = self.cfg
-        graphs, next_graphs = self.on_device(graphs), self.on_device(next_graphs)
+        graphs = self.on_device(graphs)
+        boot_graphs = self.on_device(next_graphs if boot_graphs is None else boot_graphs)
         check = self._check()
         # Only Eq. 1 with double-Q needs the online values of the other candidates.
         forced = Forced(actions)
@@ -190,20 +203,22 @@ class ACEDQN(QLearner):
         if online.rank.numel() == 0:
             raise ValueError("no state of the batch has an agent: nothing to learn from")
         with torch.no_grad():
-            reward, terminated = reward.to(self.device), terminated.to(self.device)
+            reward = reward.to(self.device)
+            discount = self.bootstrap_discount(terminated, discount)
             if cfg.target == "last_agent":
-                last = self.last_agent_targets(reward, terminated, next_graphs, generator, check)
+                last = self.last_agent_targets(reward, discount, boot_graphs, generator, check)
                 td_target = last[online.encoded.index.agent_batch]
             else:
-                td_target = self._eq1_targets(graphs, forced, online, reward, terminated,
-                                              next_graphs, generator, check)
+                td_target = self._eq1_targets(graphs, forced, online, reward, discount,
+                                              boot_graphs, generator, check)
         return TDTargets(online.chosen_value, td_target, online)
 
     def _eq1_targets(self, graphs: Batch, forced: Forced, online: Rollout, reward: Tensor,
-                     terminated: Tensor, next_graphs: Batch, generator: Optional[torch.Generator],
+                     discount: Tensor, next_graphs: Batch, generator: Optional[torch.Generator],
                      check: bool) -> Tensor:
         """Eq. 1 per agent ``[num_agents]``; the target network follows the online rollout's
-        order on ``s``."""
+        order on ``s``. ``next_graphs`` are the states bootstrapped from, ``discount``
+        ``[num_graphs]`` their factor."""
         cfg = self.cfg
         target = self.target_net.rollout(graphs, order=online.rank, selector=forced,
                                          check=False, values="successors")
@@ -225,16 +240,18 @@ class ACEDQN(QLearner):
         if boot is None or not bool(has_first.all()):
             bare = self.target_net.value(next_t.final_units, next_t.encoded)[b]
             boot = bare if boot is None else torch.where(has_first, boot, bare)
-        last = reward[b] + cfg.gamma * (~terminated[b]).to(boot.dtype) * boot
+        last = reward[b] + discount[b] * boot
         gamma_se = cfg.gamma if cfg.intermediate_discount else 1.0
         return torch.where(online.next_agent >= 0, gamma_se * inner, last)
 
-    def last_agent_targets(self, reward: Tensor, terminated: Tensor, next_graphs: Batch,
+    def last_agent_targets(self, reward: Tensor, discount: Tensor, next_graphs: Batch,
                            generator: Optional[torch.Generator] = None,
                            check: bool = True) -> Tensor:
         r"""The official code's target per state ``[num_graphs]``:
-        :math:`r + \gamma (1 - d) V'(s'_{a'_{1:n}})`, :math:`a'` the greedy sequential
-        decision at :math:`s'` of the online network (``double_q``) or of :math:`V'`.
+        :math:`r + \gamma_t V'(s'_{a'_{1:n}})`, :math:`a'` the greedy sequential
+        decision at :math:`s'` of the online network (``double_q``) or of :math:`V'`, with
+        ``discount`` :math:`\gamma_t` (:meth:`bootstrap_discount`: :math:`\gamma (1 - d)`,
+        or the ``n``-step one with :math:`s'` the state after ``m`` steps).
         A state :math:`s'` without agents bootstraps from :math:`V'` of the bare state."""
         cfg = self.cfg
         if cfg.double_q:
@@ -247,7 +264,7 @@ class ACEDQN(QLearner):
             final = self.target_net.rollout(next_graphs, order=cfg.order, generator=generator,
                                             check=check)
         boot = self.target_net.value(final.final_units, final.encoded)  # [num_graphs]
-        return reward + cfg.gamma * (~terminated).to(boot.dtype) * boot
+        return reward + discount * boot
 
     def aux_loss(self, online: Rollout, graphs: Batch, next_graphs: Batch) -> Tensor:
         r""":math:`\mathcal{L}_{aux}` (module docstring): the head's prediction from the
@@ -269,11 +286,16 @@ class ACEDQN(QLearner):
             count += label.numel()
         return squared / max(count, 1)
 
-    def update(self, graphs: Batch, actions: Tensor, reward: Tensor, terminated: Tensor,
-               next_graphs: Batch, generator: Optional[torch.Generator] = None) -> Dict[str, float]:
-        """One gradient step on a replayed batch, then the Polyak target update."""
+    def loss(self, graphs: Batch, actions: Tensor, reward: Tensor, terminated: Tensor,
+             next_graphs: Batch, generator: Optional[torch.Generator] = None, *,
+             boot_graphs: Optional[Batch] = None, discount: Optional[Tensor] = None
+             ) -> Tuple[Tensor, Dict[str, float]]:
+        """The loss of one gradient step on a replayed batch (TD, plus the auxiliary loss,
+        which reads ``next_graphs``, the states one step on) and its logs; ``boot_graphs``
+        and ``discount`` as in :meth:`td_targets`."""
         try:
-            td = self.td_targets(graphs, actions, reward, terminated, next_graphs, generator)
+            td = self.td_targets(graphs, actions, reward, terminated, next_graphs, generator,
+                                 boot_graphs=boot_graphs, discount=discount)
         except FloatingPointError as e:
             raise FloatingPointError(f"the TD loss is NaN: {e}") from None
         td_loss = self.td_loss(td.value, td.target)
@@ -284,4 +306,18 @@ class ACEDQN(QLearner):
             aux = self.aux_loss(td.online, graphs, next_graphs)
             loss = td_loss + self.cfg.aux_weight * aux
             logs["aux_loss"] = aux.item()
+        return loss, logs
+
+    def update(self, graphs: Batch, actions: Tensor, reward: Tensor, terminated: Tensor,
+               next_graphs: Batch, generator: Optional[torch.Generator] = None, *,
+               boot_graphs: Optional[Batch] = None,
+               discount: Optional[Tensor] = None) -> Dict[str, float]:
+        """One gradient step on a replayed batch (:meth:`loss`), then the Polyak target
+        update; ``boot_graphs`` and ``discount`` (``algo.nstep > 1``) as in
+        :meth:`td_targets`."""
+        # only the keywords given: a subclass's loss without them still serves nstep = 1
+        nstep = {k: v for k, v in (("boot_graphs", boot_graphs), ("discount", discount))
+                 if v is not None}
+        loss, logs = self.loss(graphs, actions, reward, terminated, next_graphs, generator,
+                               **nstep)
         return {**logs, **self.step(loss)}

@@ -5,7 +5,7 @@ from __future__ import annotations
 import copy
 import math
 from dataclasses import dataclass
-from typing import Dict
+from typing import Dict, Optional
 
 import torch
 import torch.nn.functional as F
@@ -31,6 +31,11 @@ class QLearningConfig:
     """Max gradient norm (0 turns clipping off)."""
     gamma: float = 0.99
     """Discount per environment step."""
+    nstep: int = 1
+    """Environment steps of the return before the bootstrap: each replayed transition
+    carries the discounted reward of up to ``nstep`` steps and bootstraps from the state
+    after them with ``gamma ** nstep`` (the official code: 3 on SMAC). 1: one-step
+    targets, as Eq. 1."""
     double_q: bool = False
     """Online network selects, target network evaluates."""
     target_theta: float = 0.02
@@ -61,6 +66,8 @@ class QLearningConfig:
             v = getattr(self, key)
             if not 0.0 <= v <= 1.0:
                 raise ValueError(f"algo.{key} must be in [0, 1] (got {v})")
+        if isinstance(self.nstep, bool) or not isinstance(self.nstep, int) or self.nstep < 1:
+            raise ValueError(f"algo.nstep must be an int >= 1 (got {self.nstep!r})")
         if self.lr <= 0:
             raise ValueError(f"algo.lr must be positive (got {self.lr})")
         if self.lr_schedule not in ("constant", "cosine"):
@@ -97,6 +104,14 @@ class QLearner:
                if isinstance(v, Tensor)):
             return graphs
         return graphs.to(self.device)
+
+    def bootstrap_discount(self, terminated: Tensor, discount: Optional[Tensor] = None) -> Tensor:
+        r"""The factor of each sample's bootstrap value ``[B]``: ``discount`` as replayed
+        (:math:`\gamma^m` after an ``m``-step return, 0 after a termination; ``algo.nstep``)
+        or, when it is ``None``, the one-step :math:`\gamma (1 - d)`."""
+        if discount is not None:
+            return discount.to(self.device)
+        return self.cfg.gamma * (~terminated.to(self.device)).float()
 
     def td_loss(self, value: Tensor, target: Tensor) -> Tensor:
         return LOSSES[self.cfg.loss](value, target)

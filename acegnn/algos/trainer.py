@@ -1,16 +1,27 @@
-"""The off-policy training loop shared by every value-based learner.
+"""The training loops: what every loop shares, and the off-policy loop of the
+value-based learners.
 
-collect (epsilon-greedy, :class:`~acegnn.algos.collector.Collector`) -> replay ->
-updates -> the task's evaluation, with TensorBoard/CSV logs, atomic checkpoints
-(:mod:`acegnn.algos.checkpoint`) and exact resume where the task can be snapshotted.
+:class:`TrainingLoop` is one round after another: collect
+(:class:`~acegnn.algos.collector.Collector`) -> learn -> the task's evaluation, with
+TensorBoard/CSV logs, atomic checkpoints (:mod:`acegnn.algos.checkpoint`) and exact
+resume where the task can be snapshotted. A loop says how it collects and learns:
+
+* :class:`Trainer`: off-policy, epsilon-greedy into a replay buffer, updates on replayed
+  batches (ACE-DQN, the baselines);
+* :class:`~acegnn.algos.on_policy.OnPolicyTrainer`: a round of the learner's own policy,
+  learned from and dropped (ACE-PPO).
+
+A learner names its loop in its ``loop`` attribute (``"off_policy"`` when it has none;
+:func:`acegnn.algos.on_policy.loop_of`).
 """
 from __future__ import annotations
 
+import inspect
 import os
 import sys
 import time
 from dataclasses import dataclass
-from typing import Callable, Dict, Optional, Protocol, Sequence, Tuple
+from typing import Callable, Dict, Optional, Protocol, Sequence, Tuple, Union
 
 import torch
 from torch import Tensor
@@ -19,8 +30,9 @@ from torch_geometric.data import Batch
 from acegnn.algos.checkpoint import (CHECKPOINT_VERSION, SUCCESS_CHECKPOINT, checkpoint_path,
                                      save_checkpoint)
 from acegnn.algos.collector import Collector, Step
-from acegnn.buffers.replay import ReplayBuffer
-from acegnn.envs.base import EvalResult, ExactEvaluation, Policy, VecTask
+from acegnn.buffers.replay import NStepRows, NStepWindow, ReplayBuffer
+from acegnn.envs.base import (EvalResult, ExactEvaluation, Policy, VecTask, evaluate_policies,
+                              named_policies)
 from acegnn.utils.logger import Logger
 
 
@@ -96,7 +108,14 @@ class TrainConfig:
 
 
 class Learner(Protocol):
-    """What the off-policy loop needs of a learner (ACE-DQN, the baselines)."""
+    r"""What the off-policy loop needs of a learner (ACE-DQN, the baselines).
+
+    ``update`` learns from transitions ``s -> s'`` (``next_graphs``). With
+    ``algo.nstep > 1`` (read from the learner's ``cfg``; 1 without one) the loop also
+    passes ``boot_graphs``, the states :math:`s_{t+m}` to bootstrap from, and
+    ``discount`` ``[B]``, their factor (:math:`\gamma^m`, 0 after a termination), which
+    replaces :math:`\gamma (1 - d)`; with ``nstep = 1`` it passes neither, so a learner
+    without these keywords serves one-step returns."""
 
     config_class: type  # its ``algo`` config dataclass
     model_class: type  # its ``model`` config dataclass
@@ -105,7 +124,9 @@ class Learner(Protocol):
             generator: Optional[torch.Generator] = None) -> Tensor: ...
 
     def update(self, graphs: Batch, actions: Tensor, reward: Tensor, terminated: Tensor,
-               next_graphs: Batch, generator: Optional[torch.Generator] = None) -> Dict[str, float]: ...
+               next_graphs: Batch, generator: Optional[torch.Generator] = None, *,
+               boot_graphs: Optional[Batch] = None,
+               discount: Optional[Tensor] = None) -> Dict[str, float]: ...
 
     def state_dict(self) -> dict: ...
 
@@ -135,14 +156,17 @@ class Halted(Exception):
     """Raised by ``train.halt_after`` to simulate a killed run."""
 
 
-class Trainer:
-    """Runs one experiment in ``run_dir``.
+class TrainingLoop:
+    """Runs one experiment in ``run_dir``: what every loop shares. A loop implements
+    :meth:`collect` and :meth:`learn` (one round each) and :meth:`_store` (the
+    collector's sink), and adds its own state to :meth:`state_dict`.
 
     Args:
         task (VecTask): The training task.
-        learner (Learner): The learner (ACE-DQN or a baseline).
+        learner: The learner.
         cfg (TrainConfig): Loop settings.
-        seed (int): Seed of exploration and replay sampling.
+        seed (int): Seed of exploration (``collect_gen``) and of sampling the data
+            learned from (``sample_gen``).
         run_dir (str): Directory of logs and checkpoints (created).
         config (dict, optional): The resolved experiment config, saved in checkpoints.
         on_evaluate (list of callables, optional): Called as ``fn(trainer, result)``
@@ -150,9 +174,9 @@ class Trainer:
             not draw from the run's random generators.
     """
 
-    def __init__(self, task: VecTask, learner: Learner, cfg: TrainConfig, seed: int,
+    def __init__(self, task: VecTask, learner, cfg: TrainConfig, seed: int,
                  run_dir: str, config: Optional[dict] = None,
-                 on_evaluate: Sequence[Callable[["Trainer", EvalResult], None]] = ()) -> None:
+                 on_evaluate: Sequence[Callable[["TrainingLoop", EvalResult], None]] = ()) -> None:
         self.task, self.learner, self.cfg, self.run_dir = task, learner, cfg, run_dir
         self.config = config or {}
         self.on_evaluate = list(on_evaluate)
@@ -160,7 +184,6 @@ class Trainer:
             raise ValueError(f"train.exact_eval_every: {type(task).__name__} has no exact "
                              f"evaluation; set it to 0")
         os.makedirs(run_dir, exist_ok=True)
-        self.buffer = ReplayBuffer(cfg.replay_capacity(task.num_envs), task.obs_spec, task.n_agents)
         self.collector = Collector(task, self._store)
         self.collect_gen = torch.Generator().manual_seed(seed * 2 + 1)
         self.sample_gen = torch.Generator().manual_seed(seed * 2 + 2)
@@ -171,53 +194,53 @@ class Trainer:
         self._session_start: Optional[float] = None  # perf_counter() while train() runs
         self.last_eval: Dict[str, float] = {}
         self.headline: Tuple[str, ...] = ()  # the last evaluation's headline metrics
-        self.epsilon = cfg.eps_start
         self.logger: Optional[Logger] = None
         self.loaded = False  # state restored from a checkpoint
 
     @property
     def samples(self) -> int:
-        """Environment steps collected (stored in the replay buffer)."""
+        """Environment steps collected (passed to the loop's sink)."""
         return self.collector.samples
 
+    # One round (the loop's own) -------------------------------------------------------
     def _store(self, step: Step) -> None:
-        tr = step.transition
-        self.buffer.add(step.obs, step.actions, tr.reward, tr.terminated, tr.next_obs)
+        raise NotImplementedError
 
-    def _explore(self, graphs: Batch) -> Tensor:
-        cfg = self.cfg
-        self.epsilon = linear_epsilon(self.samples, cfg.eps_start, cfg.eps_end, cfg.eps_decay)
-        return self.learner.act(graphs, self.epsilon, self.collect_gen)
-
-    # One round ------------------------------------------------------------------------
     def collect(self) -> Dict[str, float]:
-        if self.cfg.episodes_per_collect > 0:
-            stats = self.collector.run(self._explore, episodes=self.cfg.episodes_per_collect)
-        else:
-            steps = max(1, self.cfg.samples_per_collect // self.task.num_envs)
-            stats = self.collector.run(self._explore, steps)
-        return {"epsilon": self.epsilon, **stats}
+        raise NotImplementedError
 
     def learn(self) -> Dict[str, float]:
-        cfg, task = self.cfg, self.task
-        if self.samples < cfg.learning_starts:
-            return {}
-        totals: Dict[str, float] = {}
-        for _ in range(cfg.updates_per_collect):
-            s = self.buffer.sample(cfg.batch_size, self.sample_gen)
-            m = self.learner.update(task.graphs(s.obs), s.actions.view(-1), s.reward,
-                                    s.terminated, task.graphs(s.next_obs), self.sample_gen)
-            self.updates += 1
-            for k, v in m.items():
-                totals[k] = totals.get(k, 0.0) + v / cfg.updates_per_collect
-        return totals
+        raise NotImplementedError
+
+    def _collect_with(self, act) -> Dict[str, float]:
+        """One round of the collector with ``act``: ``train.episodes_per_collect``
+        episodes, or ``train.samples_per_collect`` steps."""
+        if self.cfg.episodes_per_collect > 0:
+            return self.collector.run(act, episodes=self.cfg.episodes_per_collect)
+        steps = max(1, self.cfg.samples_per_collect // self.task.num_envs)
+        return self.collector.run(act, steps)
+
+    def _announce(self) -> None:
+        """Said once on stderr when training starts (e.g. the memory it preallocated)."""
+
+    def _progress(self, metrics: Dict[str, float]) -> Dict[str, float]:
+        """The loop's own figures on the progress bar, besides loss and headline."""
+        return {}
+
+    def _policies(self, evaluate: Callable[[Policy], EvalResult]) -> EvalResult:
+        """``evaluate`` of the greedy policy, and of the other policies the learner offers
+        beside it (:func:`~acegnn.envs.base.named_policies`; ACE-CTDE's decentralised one),
+        their metrics prefixed by name (``dec_*``); success is the greedy policy's."""
+        seed = self.cfg.eval_seed
+        return evaluate_policies(evaluate, greedy(self.learner, seed),
+                                 named_policies(self.learner, seed))
 
     def evaluate(self) -> EvalResult:
-        return self.task.evaluate(greedy(self.learner, self.cfg.eval_seed),
-                                  self.cfg.eval_episodes, self.cfg.eval_seed)
+        return self._policies(lambda act: self.task.evaluate(act, self.cfg.eval_episodes,
+                                                             self.cfg.eval_seed))
 
     def exact_evaluate(self) -> EvalResult:
-        return self.task.exact_evaluate(greedy(self.learner, self.cfg.eval_seed))
+        return self._policies(self.task.exact_evaluate)
 
     # Checkpoints ----------------------------------------------------------------------
     @property
@@ -233,8 +256,7 @@ class Trainer:
                 "samples_to_success": self.samples_to_success,
                 "wall_s": self.elapsed(), "wall_to_success": self.wall_to_success,
                 "last_eval": dict(self.last_eval), "headline": list(self.headline),
-                "learner": self.learner.state_dict(),
-                "buffer": self.buffer.state_dict(), "task": self.task.state_dict(),
+                "learner": self.learner.state_dict(), "task": self.task.state_dict(),
                 "collect_gen": self.collect_gen.get_state(),
                 "sample_gen": self.sample_gen.get_state(), **self.collector.state_dict()}
 
@@ -246,16 +268,6 @@ class Trainer:
         :func:`acegnn.config.resume_config`). A task that cannot be snapshotted starts
         fresh episodes, which is said once on stderr."""
         self.learner.load_state_dict(state["learner"])
-        try:
-            self.buffer.load_state_dict(state["buffer"])
-        except ValueError as e:
-            raise ValueError(
-                f"{source}: {e}. The replay buffer holds "
-                f"min(train.buffer_size, train.total_samples + env.num_envs) transitions "
-                f"(train.buffer_size with train.episodes_per_collect); a "
-                f"resumed run may change train.total_samples only while its buffer has not "
-                f"filled up and still holds every transition collected. Start a new run "
-                f"with the new budget instead") from e
         self.collector.load_state_dict(state)
         if state["task"] is not None:
             self.task.load_state_dict(state["task"])
@@ -286,9 +298,10 @@ class Trainer:
                                                      self.samples_to_success is not None)
 
     def _postfix(self, metrics: Dict[str, float]) -> Dict[str, float]:
-        """The progress bar's figures: loss, epsilon and the task's headline metrics."""
+        """The progress bar's figures: loss, the loop's own (:meth:`_progress`) and the
+        task's headline metrics."""
         loss = metrics.get("td_loss", metrics.get("loss", float("nan")))
-        return {"loss": loss, "eps": metrics["epsilon"],
+        return {"loss": loss, **self._progress(metrics),
                 **{k: self.last_eval.get(k, float("nan")) for k in self.headline}}
 
     def train(self) -> Dict[str, float]:
@@ -296,8 +309,7 @@ class Trainer:
         successful evaluation; returns the run's summary."""
         cfg = self.cfg
         self.logger = Logger(self.run_dir, resume_step=self.samples if self.loaded else None)
-        print(f"replay buffer: {self.buffer.capacity} transitions, "
-              f"{self.buffer.nbytes / 2**20:.1f} MiB preallocated", file=sys.stderr)
+        self._announce()
         bar = None
         if cfg.progress and not self._stopped():
             from tqdm import tqdm
@@ -360,3 +372,118 @@ class Trainer:
                 # this session's rate; None when it collected nothing (a finished run resumed)
                 "env_steps_per_s": collected / max(wall, 1e-9) if collected else None,
                 **{f"eval_{k}": v for k, v in self.last_eval.items()}}
+
+
+class Trainer(TrainingLoop):
+    """The off-policy loop: epsilon-greedy collection into a replay buffer, then
+    ``train.updates_per_collect`` updates on replayed batches. Arguments as
+    :class:`TrainingLoop`'s; ``learner`` is a :class:`Learner` (ACE-DQN or a baseline).
+
+    With the learner's ``algo.nstep > 1``, steps pass through an
+    :class:`~acegnn.buffers.replay.NStepWindow` (``self.window``) and are stored once
+    their ``n``-step transition is complete: steps still pending at the end of a round
+    wait for the next one, and checkpoints keep them. The steps of an environment whose
+    step the task dropped (a restarted engine) end there, bootstrapping from the last
+    state it reached, as at a time limit: they are real steps, but no step follows them
+    in their episode (discarding them would lose data that ``nstep = 1`` keeps).
+    """
+
+    def __init__(self, task: VecTask, learner: Learner, cfg: TrainConfig, seed: int,
+                 run_dir: str, config: Optional[dict] = None,
+                 on_evaluate: Sequence[Callable[["TrainingLoop", EvalResult], None]] = ()) -> None:
+        super().__init__(task, learner, cfg, seed, run_dir, config, on_evaluate)
+        algo = getattr(learner, "cfg", None)
+        self.nstep: int = getattr(algo, "nstep", 1)
+        params = inspect.signature(learner.update).parameters.values()
+        if self.nstep > 1 and not ({"boot_graphs", "discount"} <= {p.name for p in params} or
+                                   any(p.kind == p.VAR_KEYWORD for p in params)):
+            raise ValueError(f"algo.nstep={self.nstep}: {type(learner).__name__}.update takes no "
+                             f"boot_graphs and discount keywords (n-step returns); set algo.nstep=1")
+        self.buffer = ReplayBuffer(cfg.replay_capacity(task.num_envs), task.obs_spec,
+                                   task.n_agents, self.nstep)
+        self.window: Optional[NStepWindow] = None
+        if self.nstep > 1:
+            self.window = NStepWindow(self.nstep, algo.gamma, task.num_envs, task.obs_spec,
+                                      task.n_agents)
+        self._envs = torch.arange(task.num_envs)
+        self.epsilon = cfg.eps_start
+
+    def _store(self, step: Step) -> None:
+        tr = step.transition
+        if self.window is None:
+            self.buffer.add(step.obs, step.actions, tr.reward, tr.terminated, tr.next_obs)
+            return
+        env = step.extras["env"]  # the environments kept: a dropped one's chain ends here
+        kept = torch.zeros(self.task.num_envs, dtype=torch.bool)
+        kept[env] = True
+        if not bool(kept.all()):
+            self._add(self.window.flush(self._envs[~kept]))
+        self._add(self.window.push(env, step.obs, step.actions, tr.reward, tr.terminated,
+                                   tr.truncated, tr.next_obs))
+
+    def _add(self, rows: NStepRows) -> None:
+        if rows.actions.size(0):
+            self.buffer.add(*rows)
+
+    def _explore(self, graphs: Batch) -> Union[Tensor, Tuple[Tensor, Dict[str, Tensor]]]:
+        cfg = self.cfg
+        self.epsilon = linear_epsilon(self.samples, cfg.eps_start, cfg.eps_end, cfg.eps_decay)
+        actions = self.learner.act(graphs, self.epsilon, self.collect_gen)
+        if self.window is None:
+            return actions
+        return actions, {"env": self._envs}  # which rows reach the sink (drops remove some)
+
+    # One round ------------------------------------------------------------------------
+    def collect(self) -> Dict[str, float]:
+        stats = self._collect_with(self._explore)
+        return {"epsilon": self.epsilon, **stats}
+
+    def learn(self) -> Dict[str, float]:
+        cfg, task = self.cfg, self.task
+        if self.samples < cfg.learning_starts or len(self.buffer) == 0:
+            return {}  # (n-step: the first steps may all be pending still)
+        totals: Dict[str, float] = {}
+        for _ in range(cfg.updates_per_collect):
+            s = self.buffer.sample(cfg.batch_size, self.sample_gen)
+            nstep = {} if s.discount is None else {"boot_graphs": task.graphs(s.boot_obs),
+                                                   "discount": s.discount}
+            m = self.learner.update(task.graphs(s.obs), s.actions.view(-1), s.reward,
+                                    s.terminated, task.graphs(s.next_obs), self.sample_gen,
+                                    **nstep)
+            self.updates += 1
+            for k, v in m.items():
+                totals[k] = totals.get(k, 0.0) + v / cfg.updates_per_collect
+        return totals
+
+    def _announce(self) -> None:
+        print(f"replay buffer: {self.buffer.capacity} transitions, "
+              f"{self.buffer.nbytes / 2**20:.1f} MiB preallocated", file=sys.stderr)
+
+    def _progress(self, metrics: Dict[str, float]) -> Dict[str, float]:
+        return {"eps": metrics["epsilon"]}
+
+    # Checkpoints: the replay buffer and the pending n-step steps -----------------------
+    def state_dict(self) -> dict:
+        out = {**super().state_dict(), "buffer": self.buffer.state_dict()}
+        if self.window is not None:
+            out["nstep_window"] = self.window.state_dict()
+        return out
+
+    def load_state_dict(self, state: dict, source: str = "the checkpoint") -> None:
+        try:
+            self.buffer.load_state_dict(state["buffer"])
+        except ValueError as e:
+            raise ValueError(
+                f"{source}: {e}. The replay buffer holds "
+                f"min(train.buffer_size, train.total_samples + env.num_envs) transitions "
+                f"(train.buffer_size with train.episodes_per_collect); a "
+                f"resumed run may change train.total_samples only while its buffer has not "
+                f"filled up and still holds every transition collected. Start a new run "
+                f"with the new budget instead") from e
+        super().load_state_dict(state, source)
+        if self.window is not None:
+            if "nstep_window" not in state:
+                raise ValueError(f"{source} holds no pending n-step steps (algo.nstep={self.nstep})")
+            self.window.load_state_dict(state["nstep_window"])
+            if state["task"] is None:  # new episodes start: the pending steps end here
+                self._add(self.window.flush(self._envs))

@@ -16,6 +16,10 @@ and the features of its edges to every other unit; mixers see every unit's featu
   agents' with ``double_q``), :math:`L_{opt} = (\sum_i Q_i(\bar u) - Q_{jt}(s, \bar u) + V(s))^2` and
   :math:`L_{nopt} = \min(\sum_i Q_i(u) - Q_{jt}(s, u) + V(s), 0)^2`, :math:`Q_{jt}`
   detached in both (Son et al., 2019; :math:`\lambda = 1` as there).
+
+With ``nstep > 1`` every target bootstraps as ACE-DQN's: :math:`R_t + \gamma_t (\cdot)'`
+at the state after ``m`` steps, with the replayed discount :math:`\gamma_t` (``gamma^m``,
+0 after a termination) in place of :math:`\gamma (1-d)` (:mod:`acegnn.buffers.replay`).
 """
 from __future__ import annotations
 
@@ -161,13 +165,16 @@ class ValueDecomposition(QLearner):
         return actions.view(-1)
 
     def losses(self, graphs: Batch, actions: Tensor, reward: Tensor, terminated: Tensor,
-               next_graphs: Batch) -> Losses:
+               next_graphs: Batch, *, boot_graphs: Optional[Batch] = None,
+               discount: Optional[Tensor] = None) -> Losses:
+        r"""The method's losses; the targets bootstrap from ``boot_graphs`` (``None``:
+        ``next_graphs``) with ``discount`` ``[B]`` (``None``: :math:`\gamma (1 - d)`)."""
         cfg = self.cfg
-        fi, fi2 = self.inputs(graphs), self.inputs(next_graphs)
+        fi, fi2 = self.inputs(graphs), self.inputs(next_graphs if boot_graphs is None else boot_graphs)
         B, n = fi.agent_obs.shape[:2]
         actions = actions.to(self.device).view(B, n)
-        reward, terminated = reward.to(self.device), terminated.to(self.device)
-        not_done = (~terminated).to(reward.dtype)
+        reward = reward.to(self.device)
+        discount = self.bootstrap_discount(terminated, discount)  # [B]
         q = self.net["agent"](fi.agent_obs)  # [B, n, A]
         q_taken = q.gather(2, actions.unsqueeze(-1)).squeeze(-1)  # [B, n]
         with torch.no_grad():  # the greedy next actions: of the target agents, or (double
@@ -177,18 +184,18 @@ class ValueDecomposition(QLearner):
             greedy2 = chooser.argmax(-1)  # [B, n]
             q2 = q2_target.gather(2, greedy2.unsqueeze(-1)).squeeze(-1)
         if cfg.name == "iql":
-            target = reward.unsqueeze(1) + cfg.gamma * not_done.unsqueeze(1) * q2
+            target = reward.unsqueeze(1) + discount.unsqueeze(1) * q2
             return Losses(self.td_loss(q_taken, target), q_taken, target, {})
         if cfg.name in ("vdn", "qmix"):
             q_tot = self.net["mixer"](q_taken, fi.state)
             with torch.no_grad():
-                target = reward + cfg.gamma * not_done * self.target_net["mixer"](q2, fi2.state)
+                target = reward + discount * self.target_net["mixer"](q2, fi2.state)
             return Losses(self.td_loss(q_tot, target), q_tot, target, {})
         # QTRAN-base
         qtran, qtran_t = self.net["qtran"], self.target_net["qtran"]
         q_jt = qtran.joint_q(fi.state, actions)
         with torch.no_grad():
-            target = reward + cfg.gamma * not_done * qtran_t.joint_q(fi2.state, greedy2)
+            target = reward + discount * qtran_t.joint_q(fi2.state, greedy2)
         l_td = self.td_loss(q_jt, target)
         greedy = masked(q, fi.available).argmax(-1).detach()
         q_sum_opt = q.gather(2, greedy.unsqueeze(-1)).squeeze(-1).sum(1)
@@ -200,8 +207,12 @@ class ValueDecomposition(QLearner):
         return Losses(loss, q_jt, target, {"td_loss": l_td, "opt_loss": l_opt, "nopt_loss": l_nopt})
 
     def update(self, graphs: Batch, actions: Tensor, reward: Tensor, terminated: Tensor,
-               next_graphs: Batch, generator: Optional[torch.Generator] = None) -> Dict[str, float]:
-        out = self.losses(graphs, actions, reward, terminated, next_graphs)
+               next_graphs: Batch, generator: Optional[torch.Generator] = None, *,
+               boot_graphs: Optional[Batch] = None,
+               discount: Optional[Tensor] = None) -> Dict[str, float]:
+        """One gradient step on :meth:`losses`, then the Polyak target update."""
+        out = self.losses(graphs, actions, reward, terminated, next_graphs,
+                          boot_graphs=boot_graphs, discount=discount)
         metrics = {"loss": out.loss.item(), "td_loss": out.loss.item(), "q_mean": out.value.detach().mean().item(),
                    "target_mean": out.target.mean().item(), **self.step(out.loss)}
         metrics.update({k: v.item() for k, v in out.parts.items()})

@@ -25,6 +25,12 @@ example zeros and an alive flag) and its only available action is the task's
 the sequential rollout is then forced, and it sends no passive message (a no-op has no
 target).
 
+**What each agent observes** (ACE-CTDE's decentralised policy, :mod:`acegnn.nn.individual`)
+is carried by the graphs: a task with partial observation puts an ``observes`` matrix on
+its agent node stores (:func:`acegnn.graph.index.observed_units`; the battles: the live
+units within the agent's sight range). A task without it is fully observed: every
+agent observes every unit (Spiders-and-Fly, football).
+
 **Engines that fail.** A task backed by engine processes that it restarts marks the
 environments whose step did not come from a finished engine step in
 :attr:`Transition.dropped`; the collector stores none of those transitions and drops
@@ -34,7 +40,7 @@ from __future__ import annotations
 
 import abc
 import dataclasses
-from typing import Callable, ClassVar, Dict, NamedTuple, Optional, Tuple
+from typing import Callable, ClassVar, Dict, Mapping, NamedTuple, Optional, Tuple
 
 import torch
 from torch import Tensor
@@ -89,6 +95,72 @@ class EvalResult:
         if not self.success_metric:
             return False
         return float(getattr(self, self.success_metric)) >= self.success_threshold
+
+
+@dataclasses.dataclass
+class Evaluations(EvalResult):
+    """The evaluation of a main policy beside other named policies on the same episodes
+    (:func:`evaluate_policies`): the main policy's result decides success and heads the
+    progress bar; the others' metrics follow, prefixed ``<name>_``.
+
+    Args:
+        main (EvalResult): The main policy's result (its fields read through this one).
+        others (dict): ``{name: EvalResult}`` of the other policies.
+    """
+
+    main: EvalResult
+    others: Dict[str, EvalResult]
+
+    def metrics(self) -> Dict[str, float]:
+        out = self.main.metrics()
+        for name, result in self.others.items():
+            out.update({f"{name}_{k}": v for k, v in result.metrics().items()})
+        return out
+
+    @property
+    def succeeded(self) -> bool:
+        return self.main.succeeded
+
+    @property
+    def headline(self) -> Tuple[str, ...]:  # type: ignore[override]
+        """The main policy's headline, then each other policy's success metric."""
+        return tuple(self.main.headline) + tuple(
+            f"{name}_{r.success_metric}" for name, r in self.others.items() if r.success_metric)
+
+    def __getattr__(self, name: str):
+        if name in ("main", "others") or name.startswith("__"):  # not set yet (copying)
+            raise AttributeError(name)
+        return getattr(self.main, name)
+
+
+def evaluate_policies(evaluate: Callable[[Policy], EvalResult], act: Policy,
+                      others: Mapping[str, Policy]) -> EvalResult:
+    """``evaluate(act)``, and with ``others`` (``{name: policy}``) an :class:`Evaluations`
+    that adds ``evaluate(policy)`` of each, e.g. ACE-CTDE's decentralised policy as
+    ``dec`` beside the centralised one.
+
+    Args:
+        evaluate: One of a task's evaluations with its settings bound, e.g.
+            ``lambda act: task.evaluate(act, episodes, seed)``.
+        act (Policy): The main policy.
+        others (Mapping[str, Policy]): Other policies by name (letters, digits, ``_``).
+    """
+    bad = [name for name in others if not name or not name.replace("_", "").isalnum()]
+    if bad:
+        raise ValueError(f"policy names must be letters, digits and '_' (got {bad})")
+    main = evaluate(act)
+    if not others:
+        return main
+    return Evaluations(main, {name: evaluate(policy) for name, policy in others.items()})
+
+
+def named_policies(learner, seed: int) -> Dict[str, Policy]:
+    """The other greedy policies a learner offers to be evaluated beside its own, by
+    name: what its optional ``policies(seed)`` method returns (ACE-CTDE: ``dec``, the
+    decentralised policy), else none. ``seed`` seeds what the policies draw, as for
+    :func:`acegnn.algos.trainer.greedy`."""
+    offer = getattr(learner, "policies", None)
+    return dict(offer(seed)) if offer is not None else {}
 
 
 @dataclasses.dataclass(frozen=True)

@@ -236,6 +236,62 @@ def state_flags(schema: GraphSchema, batch: Batch, idx: UnitIndex) -> Dict[str, 
     return out
 
 
+#: The agent node stores' optional attribute of what each agent observes (see
+#: :func:`observed_units`).
+OBSERVES = "observes"
+
+
+def observed_units(schema: GraphSchema, batch: Batch, idx: UnitIndex) -> Optional[Tensor]:
+    """What each agent observes, from the agent types' optional ``observes`` attributes
+    (the decentralised view of ACE-CTDE, :mod:`acegnn.nn.individual`).
+
+    A task with partial observation puts on every agent node store a bool matrix
+    ``observes`` ``[N_t, W]``: entry ``(i, j)`` says whether agent ``i`` observes the unit
+    at position ``j`` of its own graph (the graph's units in schema type order, as the
+    flat rows of :class:`UnitIndex` within the graph), with ``W`` at least the graph's
+    unit count; the columns past it must be ``False`` (padding, where graphs of one
+    batch have different unit counts). The views built from it
+    (:func:`acegnn.nn.individual.agent_views`) hold an agent itself, whatever its row
+    says, and no unit that is not alive; a dead agent observes nothing.
+
+    Returns:
+        ``[num_agents, W]`` bool in the batch's agent order, or ``None`` when no agent
+        type has the attribute: every agent observes every unit of its graph.
+
+    Raises:
+        ValueError: if only some agent types have the attribute, on a wrong shape, or
+            on an observed position past the graph's units.
+    """
+    stores = {t: store_of(batch, t) for t in schema.agent_types}
+    given = [t for t, store in stores.items() if OBSERVES in store]
+    if not given:
+        return None
+    if len(given) != len(stores):
+        raise ValueError(f"'{OBSERVES}' is given for the agent types {given} but not for all "
+                         f"of {list(schema.agent_types)}")
+    widths = {t: stores[t][OBSERVES].shape for t in given}
+    width = max((s[-1] for s in widths.values() if len(s) == 2), default=0)
+    for t, shape in widths.items():
+        if len(shape) != 2 or shape != (idx.flat[t].numel(), width):
+            raise ValueError(f"node type '{t}' has '{OBSERVES}' of shape {tuple(shape)}; it needs "
+                             f"one row per unit ({idx.flat[t].numel()}) and one column per unit "
+                             f"of the largest graph, the same for every agent type")
+    device = idx.agents.device
+    need = int(idx.unit_count[idx.agent_batch].max()) if idx.num_agents > 0 else 0
+    if width < need:
+        raise ValueError(f"'{OBSERVES}' has {width} columns; an agent's graph has {need} units, "
+                         f"one column each")
+    out = torch.zeros(idx.num_agents, width, dtype=torch.bool, device=device)
+    for t in given:
+        out[torch.searchsorted(idx.agents, idx.flat[t])] = stores[t][OBSERVES].bool().to(device)
+    beyond = torch.arange(width, device=device) >= idx.unit_count[idx.agent_batch].unsqueeze(1)
+    if bool((out & beyond).any()):
+        i = int((out & beyond).any(1).nonzero()[0])
+        raise ValueError(f"agent {i} (graph {int(idx.agent_batch[i])}) observes a position past "
+                         f"its graph's {int(idx.unit_count[idx.agent_batch[i]])} units")
+    return out
+
+
 def check_available(idx: UnitIndex, available: Tensor) -> None:
     """Every agent needs an available action."""
     if idx.num_agents == 0:

@@ -3,7 +3,8 @@ r"""Decision with rollout (paper "Bidirectional Action-Dependent Q-learning").
 Agents of every state decide one after another. At each step the acting agent's
 available actions are rolled out to candidate SE-states, all candidates of the batch
 are valued together, and the chosen action's messages are added before the next agent
-decides. The state is encoded once for the whole sequence.
+decides. The state is encoded once for the whole sequence. A second head of the value
+head's structure (ACE-PPO's logit encoder) can read the same candidates in the same pass.
 """
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from acegnn.graph.schema import ACTION
 from acegnn.graph.state import as_batch
 from acegnn.nn.se_state import EncodedState, apply_actions, message_routes, message_table
 from acegnn.nn.selectors import CandidateTable, Greedy, Selector
-from acegnn.nn.value_head import SuccessorValues
+from acegnn.nn.value_head import SuccessorValues, ValueHead
 
 GREEDY = Greedy()
 
@@ -46,6 +47,7 @@ class Rollout(NamedTuple):
     first_agent: Tensor  # [num_graphs] first agent of each graph, -1 if it has none
     final_units: Tensor  # [num_units, H] unit embeddings of the last SE-state reached
     encoded: EncodedState  # the shared encoding of the states
+    candidate_logits: Optional[Tensor] = None  # [num_actions] logit-head output, or None
 
 
 def agent_ranks(index: UnitIndex, order: Union[str, Tensor] = "default",
@@ -197,6 +199,7 @@ def sequential_rollout(
     max_steps: Optional[int] = None,
     check: bool = True,
     values: str = "all",
+    logit_head: Optional[ValueHead] = None,
 ) -> Rollout:
     r"""Sequential decision with rollout for a batch of states.
 
@@ -208,7 +211,8 @@ def sequential_rollout(
         selector (Selector, optional): How each agent chooses from its valued
             candidates (:mod:`acegnn.nn.selectors`): :class:`Greedy`,
             :class:`EpsilonGreedy`, :class:`Forced` (teacher forcing, for learning from
-            replayed transitions) or your own. (default: :class:`Greedy`)
+            replayed transitions), :class:`Softmax` (ACE-PPO's policy over the logits of
+            a ``logit_head``) or your own. (default: :class:`Greedy`)
         generator (torch.Generator, optional): Source of randomness (order, selector).
         max_steps (int, optional): Stop after this many agents per graph (``1`` values
             only the first agent's candidates, as the Bellman target of the last agent
@@ -221,6 +225,10 @@ def sequential_rollout(
             agent and ``"all"`` after it, all that Eq. 1 targets inside a state need.
             Where only the chosen candidate is valued, ``max_value``, ``greedy_ids``
             and the other candidates are NaN / ``-1``. (default: :obj:`"all"`)
+        logit_head (ValueHead, optional): A second head (ACE-PPO's logit encoder) that
+            reads the same candidate SE-states as ``net.value_head`` in the same pass:
+            its outputs go to the selector (:attr:`CandidateTable.logits`) and to
+            :attr:`Rollout.candidate_logits`. Needs ``values="all"``. (default: none)
 
     The candidates of a step are valued by :class:`~acegnn.nn.value_head.SuccessorValues`
     (every action of the acting agents, padded to one row per agent; the unavailable
@@ -228,6 +236,9 @@ def sequential_rollout(
     """
     if values not in ("all", "chosen", "successors"):
         raise ValueError(f"values must be 'all', 'chosen' or 'successors' (got {values!r})")
+    if logit_head is not None and values != "all":
+        raise ValueError(f"a logit head reads every candidate: it needs values='all' "
+                         f"(got {values!r})")
     selector = GREEDY if selector is None else selector
     batch = as_batch(data)
     enc = net.encode(batch, check=check)
@@ -271,6 +282,9 @@ def sequential_rollout(
 
     messages = message_table(enc)
     succ = SuccessorValues(net.value_head, enc.units, idx, messages)
+    succ_logit = None if logit_head is None else \
+        SuccessorValues(logit_head, enc.units, idx, messages)
+    logits_by_step = []
     zero_col = torch.zeros(max(plan.counts, default=0), dtype=torch.long, device=device)
     values_by_step, chosen, chosen_v, greedy, best = [], [], [], [], []
     o = 0
@@ -291,8 +305,14 @@ def sequential_rollout(
             vmax, arg = v.masked_fill(invalid[ok], float("-inf")).max(1)
             greedy.append(rows.gather(1, arg.unsqueeze(1)).view(-1))
             best.append(vmax)
+            logits = None
+            if succ_logit is not None:  # the same routes through the second head
+                logits = succ_logit.values(plan.graph[at], r.read[at], r.msg[at],
+                                           None if r.extra is None else r.extra[at],
+                                           r.write[at], p[at])
+                logits_by_step.append(logits)
             col = selector.select_column(
-                CandidateTable(rows, v, valid[ok], plan.agents[at], arg, n), generator)
+                CandidateTable(rows, v, valid[ok], plan.agents[at], arg, n, logits), generator)
             if col is arg:
                 chosen.append(greedy[-1])
                 chosen_v.append(vmax)
@@ -300,6 +320,8 @@ def sequential_rollout(
                 chosen.append(rows.gather(1, col.unsqueeze(1)).view(-1))
                 chosen_v.append(v.gather(1, col.unsqueeze(1)).view(-1))
         succ.advance(col)
+        if succ_logit is not None:
+            succ_logit.advance(col)
         o += c
 
     # candidate values: the chosen ones of the first steps, then every valid entry
@@ -315,6 +337,15 @@ def sequential_rollout(
         if bool(torch.isnan(vals).any()):
             raise FloatingPointError(NAN_VALUES)
         cand_values = cand_values.index_put((rows,), vals)
+    cand_logits = None
+    if succ_logit is not None:
+        cand_logits = enc.units.new_full((A,), nan)
+        if reached > 0:
+            logits = torch.cat(logits_by_step)[valid]
+            if bool(torch.isnan(logits).any()):
+                raise FloatingPointError("the logit head produced NaN logits (diverged "
+                                         "parameters or inputs); no action can be chosen")
+            cand_logits = cand_logits.index_put((table.rows[:reached][valid],), logits)
 
     # per-agent outputs, from step order to the batch's agent order
     chosen_ids = torch.full((n,), -1, dtype=torch.long, device=device)
@@ -334,4 +365,5 @@ def sequential_rollout(
     return Rollout(actions=slots, action_ids=chosen_ids, rank=plan.rank.clone(),  # the plan
                    chosen_value=chosen_value, max_value=max_value, greedy_ids=greedy_ids,
                    candidate_values=cand_values, next_agent=plan.next_agent.clone(),
-                   first_agent=plan.first_agent.clone(), final_units=final_units, encoded=enc)
+                   first_agent=plan.first_agent.clone(), final_units=final_units, encoded=enc,
+                   candidate_logits=cand_logits)

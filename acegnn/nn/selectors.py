@@ -10,7 +10,10 @@ selector's, so a new learner adds a selector, not a branch in the rollout:
   available action, else the greedy one;
 * :class:`Forced`: given actions (teacher forcing, to learn from replayed transitions);
   the only selector whose choices are known before valuing, which lets the rollout value
-  only the chosen candidates (``values="chosen"``).
+  only the chosen candidates (``values="chosen"``);
+* :class:`Softmax`: the policy of ACE-PPO, a softmax over the candidates' logits (a
+  rollout with a ``logit_head``), sampled, greedy or teacher-forced; it keeps every
+  agent's log-probability and entropy.
 
 A selector may keep what it computed (for example the log-probabilities of a sampling
 policy) on itself: :meth:`Selector.start` is called once per rollout, before the first
@@ -50,6 +53,7 @@ class CandidateTable(NamedTuple):
     acting: Tensor  # [k] the agents deciding at this step
     greedy: Tensor  # [k] column of the argmax candidate (ties: the lowest row)
     num_agents: int  # agents in the batch
+    logits: Optional[Tensor] = None  # [k, S] logit of each entry; None without a logit head
 
     def candidates(self) -> Candidates:
         """The flat :class:`Candidates` of the table."""
@@ -167,6 +171,83 @@ class Forced(Selector):
     def select_column(self, table: CandidateTable,
                       generator: Optional[torch.Generator] = None) -> Tensor:
         return table.column(self.rows[table.acting])
+
+
+class Softmax(Selector):
+    r"""The policy of ACE-PPO (paper Appendix, "ACE-PPO"): agent :math:`i+1` takes action
+    :math:`a` at SE-state :math:`s_{a_{1:i}}` with probability
+
+    .. math::
+        \pi(a \mid s_{a_{1:i}}) = \frac{e^{l(a \mid s_{a_{1:i}})}}
+            {\sum_{\tilde a \in \mathcal{A}_{i+1}} e^{l(\tilde a \mid s_{a_{1:i}})}}
+
+    over its available actions :math:`\mathcal{A}_{i+1}`, with :math:`l` the logits a rollout
+    with a ``logit_head`` puts in :attr:`CandidateTable.logits`. After the rollout,
+    :attr:`log_prob` and :attr:`entropy` hold every agent's log-probability of the action
+    it took and the entropy of its distribution (differentiable when autograd is on).
+
+    Args:
+        actions (Tensor, optional): ``[num_agents]`` action slots to take instead of
+            sampling (teacher forcing: the log-probabilities of replayed actions).
+        greedy (bool, optional): Take the most probable action (ties: the lowest row)
+            instead of sampling. (default: :obj:`False`)
+    """
+
+    def __init__(self, actions: Optional[Tensor] = None, greedy: bool = False) -> None:
+        if actions is not None and greedy:
+            raise ValueError("Softmax takes given actions or the greedy ones, not both")
+        self.actions, self.greedy = actions, greedy
+        self.rows: Optional[Tensor] = None
+        self._parts: list = []
+        self._n = 0
+
+    def start(self, index: UnitIndex) -> None:
+        self.rows = None if self.actions is None else forced_rows(index, self.actions)
+        self._parts, self._n = [], index.num_agents
+
+    def known_rows(self) -> Optional[Tensor]:
+        return self.rows
+
+    def select_column(self, table: CandidateTable,
+                      generator: Optional[torch.Generator] = None) -> Tensor:
+        if table.logits is None:
+            raise ValueError("the Softmax selector needs a rollout with a logit head "
+                             "(sequential_rollout(..., logit_head=...))")
+        logits = table.logits.masked_fill(~table.valid, float("-inf"))  # [k, S]
+        log_p = torch.log_softmax(logits, dim=1)
+        if self.rows is not None:
+            col = table.column(self.rows[table.acting])
+        elif self.greedy:
+            col = logits.argmax(1)
+        else:  # Gumbel-max: argmax of logits plus Gumbel noise samples the softmax
+            u = torch.rand(logits.shape, generator=generator).to(logits.device)
+            col = (logits - torch.log(-torch.log(u.clamp_(min=1e-20)))).argmax(1)
+        log_p = log_p.masked_fill(~table.valid, 0.0)  # finite gradients: p is 0 there
+        entropy = -(log_p.exp() * table.valid.to(log_p.dtype) * log_p).sum(1)
+        self._parts.append((table.acting, log_p.gather(1, col.unsqueeze(1)).squeeze(1), entropy))
+        return col
+
+    def _per_agent(self, k: int) -> Tensor:
+        """``[num_agents]`` field ``k`` of the steps, NaN for agents not reached."""
+        if not self._parts:
+            return torch.full((self._n,), float("nan"))
+        acting = torch.cat([p[0] for p in self._parts])
+        vals = torch.cat([p[k] for p in self._parts])
+        return vals.new_full((self._n,), float("nan")).index_put((acting,), vals)
+
+    @property
+    def log_prob(self) -> Tensor:
+        r"""``[num_agents]`` :math:`\log \pi(a_i \mid s_{a_{1:i-1}})` of the taken actions."""
+        return self._per_agent(1)
+
+    @property
+    def entropy(self) -> Tensor:
+        """``[num_agents]`` entropy of each agent's distribution over its candidates."""
+        return self._per_agent(2)
+
+    def __repr__(self) -> str:
+        mode = "forced" if self.actions is not None else "greedy" if self.greedy else "sample"
+        return f"{self.__class__.__name__}({mode})"
 
 
 def forced_rows(index: UnitIndex, actions: Tensor) -> Tensor:

@@ -215,7 +215,9 @@ class SuccessorValues:
     targets) the state is updated in place.
 
     Args:
-        head (ValueHead): The value encoder.
+        head (ValueHead): The value encoder (or a second head of its structure, as
+            ACE-PPO's logit encoder; a rollout keeps one :class:`SuccessorValues` per head
+            and moves them along the same choices).
         units (Tensor): ``[U, H]`` unit embeddings of the first SE-state.
         index (UnitIndex): The batch's indexing.
         messages (Tensor): ``[M, H]`` every message a candidate may add (the rows of

@@ -18,6 +18,11 @@ SMAC" and the action-embedding table), so that one network plays any scenario as
   ally ``j`` for healers (passive message to ally ``j``). Each back-end keeps its own
   action ids as slots (:class:`ActionLayout`).
 
+**Observations** (ACE-CTDE's decentralised view, :func:`acegnn.graph.index.observed_units`):
+agent ``i`` observes the live units closer than its sight range (SMAX's and SMAC's
+``dist < sight_range``), itself included; a dead agent observes nothing. The ally
+store's ``observes`` ``[n_allies, n_units]`` holds it per state.
+
 **Dead units** stay nodes with ``alive`` flags: they send and receive no message and are
 not pooled (:func:`acegnn.graph.index.unit_alive`); their features read zero (what the
 value-decomposition baselines see). A dead agent keeps one available action, the
@@ -213,6 +218,10 @@ def battle_graphs(units: Tensor, avail: Tensor, spec: BattleSpec) -> Batch:
     flags = {t: alive[:, sl[t]] for t in SIDES}
     out = layout.batch(x, edge_attr, avail.reshape(B, -1).bool(), flags)
     out["ally"].order_key = sort_key(units[:, sl["ally"]]).reshape(-1)
+    # what each agent observes (ACE-CTDE): the live units within its sight range,
+    # itself included; a dead agent observes nothing
+    sees = (dist.squeeze(-1) < sight.view(B, U, 1)) & alive.unsqueeze(2) & alive.unsqueeze(1)
+    out["ally"].observes = sees[:, sl["ally"]].reshape(B * spec.n_allies, U)
     return out
 
 
