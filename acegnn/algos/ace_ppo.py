@@ -79,7 +79,7 @@ from torch import Tensor
 from torch_geometric.data import Batch
 from torch_geometric.utils import scatter
 
-from acegnn.algos.base import OPTIMIZERS, QLearner
+from acegnn.algos.base import OPTIMIZERS, OptimConfig, QLearner
 from acegnn.algos.on_policy import Trajectories
 from acegnn.graph.schema import GraphSchema
 from acegnn.nn.ace import ACENetwork, ModelConfig
@@ -92,7 +92,7 @@ ORDERS = ("default", "random", "sorted")
 
 
 @dataclass
-class ACEPPOConfig:
+class ACEPPOConfig(OptimConfig):
     """Hyper-parameters of ACE-PPO (defaults: the paper's SMAC table, "Hyperparameter
     Settings of ACE-PPO on SMAC", where it gives them)."""
 
@@ -131,20 +131,14 @@ class ACEPPOConfig:
     ``sorted`` (by a key the task gives each agent)."""
 
     def __post_init__(self) -> None:
-        if self.optimizer not in OPTIMIZERS:
-            raise ValueError(f"algo.optimizer must be one of {sorted(OPTIMIZERS)} (got {self.optimizer!r})")
+        super().__post_init__()
         if self.order not in ORDERS:
             raise ValueError(f"algo.order must be one of {list(ORDERS)} (got {self.order!r})")
-        if not self.lr > 0:
-            raise ValueError(f"algo.lr must be positive (got {self.lr})")
-        for key in ("gamma", "gae_lambda"):
-            v = getattr(self, key)
-            if not 0.0 <= v <= 1.0:
-                raise ValueError(f"algo.{key} must be in [0, 1] (got {v})")
+        if not 0.0 <= self.gae_lambda <= 1.0:
+            raise ValueError(f"algo.gae_lambda must be in [0, 1] (got {self.gae_lambda})")
         if not 0.0 < self.clip_ratio < 1.0:
             raise ValueError(f"algo.clip_ratio must be in (0, 1) (got {self.clip_ratio})")
-        for key in ("value_clip_ratio", "value_weight", "entropy_weight", "weight_decay",
-                    "grad_clip"):
+        for key in ("value_clip_ratio", "value_weight", "entropy_weight"):
             v = getattr(self, key)
             if not 0.0 <= v < float("inf"):
                 raise ValueError(f"algo.{key} must be finite and >= 0 (got {v})")

@@ -17,8 +17,8 @@ LOSSES = {"mse": F.mse_loss, "huber": F.smooth_l1_loss}
 
 
 @dataclass
-class QLearningConfig:
-    """Hyper-parameters common to every learner (defaults: the paper's Spiders table)."""
+class OptimConfig:
+    """What every learner's config holds: its name, the optimiser and the discount."""
 
     name: str = ""
     lr: float = 5e-4
@@ -31,6 +31,25 @@ class QLearningConfig:
     """Max gradient norm (0 turns clipping off)."""
     gamma: float = 0.99
     """Discount per environment step."""
+
+    def __post_init__(self) -> None:
+        if self.optimizer not in OPTIMIZERS:
+            raise ValueError(f"algo.optimizer must be one of {sorted(OPTIMIZERS)} (got {self.optimizer!r})")
+        if not self.lr > 0:
+            raise ValueError(f"algo.lr must be positive (got {self.lr})")
+        if not 0.0 <= self.gamma <= 1.0:
+            raise ValueError(f"algo.gamma must be in [0, 1] (got {self.gamma})")
+        for key in ("weight_decay", "grad_clip"):
+            v = getattr(self, key)
+            if not 0.0 <= v < float("inf"):
+                raise ValueError(f"algo.{key} must be finite and >= 0 (got {v})")
+
+
+@dataclass
+class QLearningConfig(OptimConfig):
+    """Hyper-parameters common to every value-based learner (defaults: the paper's
+    Spiders table)."""
+
     nstep: int = 1
     """Environment steps of the return before the bootstrap: each replayed transition
     carries the discounted reward of up to ``nstep`` steps and bootstraps from the state
@@ -58,26 +77,18 @@ class QLearningConfig:
         return self.lr_min + 0.5 * (self.lr - self.lr_min) * (1.0 + math.cos(math.pi * frac))
 
     def __post_init__(self) -> None:
-        if self.optimizer not in OPTIMIZERS:
-            raise ValueError(f"algo.optimizer must be one of {sorted(OPTIMIZERS)} (got {self.optimizer!r})")
+        super().__post_init__()
         if self.loss not in LOSSES:
             raise ValueError(f"algo.loss must be one of {sorted(LOSSES)} (got {self.loss!r})")
-        for key in ("gamma", "target_theta"):
-            v = getattr(self, key)
-            if not 0.0 <= v <= 1.0:
-                raise ValueError(f"algo.{key} must be in [0, 1] (got {v})")
+        if not 0.0 <= self.target_theta <= 1.0:
+            raise ValueError(f"algo.target_theta must be in [0, 1] (got {self.target_theta})")
         if isinstance(self.nstep, bool) or not isinstance(self.nstep, int) or self.nstep < 1:
             raise ValueError(f"algo.nstep must be an int >= 1 (got {self.nstep!r})")
-        if self.lr <= 0:
-            raise ValueError(f"algo.lr must be positive (got {self.lr})")
         if self.lr_schedule not in ("constant", "cosine"):
             raise ValueError(f"algo.lr_schedule must be 'constant' or 'cosine' (got {self.lr_schedule!r})")
         if self.lr_schedule == "cosine" and (self.lr_decay_updates <= 0 or not 0 <= self.lr_min <= self.lr):
             raise ValueError(f"algo.lr_schedule=cosine needs algo.lr_decay_updates > 0 and "
                              f"0 <= algo.lr_min <= algo.lr (got {self.lr_decay_updates}, {self.lr_min})")
-        if self.weight_decay < 0 or self.grad_clip < 0:
-            raise ValueError(f"algo.weight_decay and algo.grad_clip must be >= 0 "
-                             f"(got {self.weight_decay}, {self.grad_clip})")
 
 
 class QLearner:
