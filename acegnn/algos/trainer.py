@@ -16,6 +16,7 @@ A learner names its loop in its ``loop`` attribute (``"off_policy"`` when it has
 """
 from __future__ import annotations
 
+import abc
 import inspect
 import os
 import sys
@@ -156,7 +157,7 @@ class Halted(Exception):
     """Raised by ``train.halt_after`` to simulate a killed run."""
 
 
-class TrainingLoop:
+class TrainingLoop(abc.ABC):
     """Runs one experiment in ``run_dir``: what every loop shares. A loop implements
     :meth:`collect` and :meth:`learn` (one round each) and :meth:`_store` (the
     collector's sink), and adds its own state to :meth:`state_dict`.
@@ -203,14 +204,17 @@ class TrainingLoop:
         return self.collector.samples
 
     # One round (the loop's own) -------------------------------------------------------
+    @abc.abstractmethod
     def _store(self, step: Step) -> None:
-        raise NotImplementedError
+        """Keep a collected step (the collector's sink)."""
 
+    @abc.abstractmethod
     def collect(self) -> Dict[str, float]:
-        raise NotImplementedError
+        """One round of collection; its metrics."""
 
+    @abc.abstractmethod
     def learn(self) -> Dict[str, float]:
-        raise NotImplementedError
+        """The round's gradient steps; their metrics."""
 
     def _collect_with(self, act) -> Dict[str, float]:
         """One round of the collector with ``act``: ``train.episodes_per_collect``
