@@ -94,19 +94,14 @@ ORDERS = ("default", "random", "sorted")
 @dataclass
 class ACEPPOConfig(OptimConfig):
     """Hyper-parameters of ACE-PPO (defaults: the paper's SMAC table, "Hyperparameter
-    Settings of ACE-PPO on SMAC", where it gives them)."""
+    Settings of ACE-PPO on SMAC", where it gives them). The inherited keys keep
+    :class:`~acegnn.algos.base.OptimConfig`'s defaults, which are the paper's (lr 5e-4,
+    Adam, gamma 0.99, here the discount between adjacent SE-states; weight decay: not
+    stated, 0), but for the gradient clip."""
 
     name: str = "ace_ppo"
-    lr: float = 5e-4
-    """Learning rate (paper: 5e-4)."""
-    optimizer: str = "adam"
-    """``adam`` or ``rmsprop`` (paper: adam)."""
-    weight_decay: float = 0.0
-    """L2 weight decay of the optimiser (paper: not stated)."""
     grad_clip: float = 0.5
     """Max gradient norm, 0 turns clipping off (paper: not stated; PPO's usual 0.5)."""
-    gamma: float = 0.99
-    """Discount between adjacent SE-states (paper: 0.99)."""
     gae_lambda: float = 0.95
     """GAE's lambda over adjacent SE-states (paper: 0.95)."""
     clip_ratio: float = 0.05
