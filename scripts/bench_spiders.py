@@ -1,8 +1,9 @@
 #!/usr/bin/env python
 """Spiders-and-Fly, paper Table 1: samples to 100% success and steps gap, per method.
 
-For every (method, grid, seed): `acegnn train` (ACE: configs/spiders_fly_<N>x<N>.yaml;
-baselines: configs/spiders_fly_<N>x<N>_baselines.yaml with algo.name=<method>) until the
+For every (method, grid, seed): `acegnn train` (ACE: configs/spiders_fly_<N>x<N>.yaml, or
+`--ace-config`; baselines: configs/spiders_fly_<N>x<N>_baselines.yaml with
+algo.name=<method>) until the
 greedy policy catches the fly within 10 steps in all 32 test episodes (the paper's
 "samples"), then `acegnn eval` for the steps gap to the exact oracle (the paper's
 "steps"): exactly, with the fly's moves in expectation over every valid start, and as the
@@ -17,6 +18,8 @@ resumed, so an interrupted benchmark continues where it stopped, and a larger
         # ACE, VDN, QMIX and QTRAN, 5 seeds each, 5x5 and 7x7 (days on 2 CPU cores)
     python scripts/bench_spiders.py --methods ace_dqn --grids 5 --seeds 0 1 --json out.json
     python scripts/bench_spiders.py --methods ace_dqn -- model.layers=2   # overrides after --
+    python scripts/bench_spiders.py --methods ace_dqn --grids 5 \
+        --ace-config 'configs/spiders_fly_{grid}x{grid}_paper.yaml'     # the paper's exact set-up
     python scripts/bench_spiders.py --grids 5 --max-samples-5 300000 -- train.stop_on_success=false
     python scripts/bench_spiders.py --methods ace_dqn qtran --records a.json b.json \
         --markdown table1.md --plot table1.png               # tables of runs made earlier
@@ -50,17 +53,58 @@ PAPER = {
 NAMES = {"ace_dqn": "ACE", "iql": "IQL", "vdn": "VDN", "qmix": "QMIX", "qtran": "QTRAN"}
 COLORS = {"ace_dqn": "C0", "iql": "C4", "vdn": "C2", "qmix": "C1", "qtran": "C3"}  # same in every plot
 TABLE1 = list(PAPER)  # the methods of the paper's Table 1: ACE, VDN, QMIX, QTRAN
+ACE_CONFIG = "configs/spiders_fly_{grid}x{grid}.yaml"  # ACE's config, relative to the repository
+
+
+def ace_config(template: str, grid: int) -> str:
+    """ACE's config file for ``grid`` from a ``{grid}`` template (relative paths from the
+    repository root).
+
+    Raises:
+        SystemExit: if the file does not exist (before any run starts).
+    """
+    path = template.format(grid=grid)
+    path = path if os.path.isabs(path) else os.path.join(ROOT, path)
+    if not os.path.isfile(path):
+        sys.exit(f"--ace-config: no config file {path} for grid {grid}")
+    return path
+
+
+# Overrides that change how a run is kept, not what it learns: left out of a row's name.
+BOOKKEEPING = ("train.stop_on_success=", "train.checkpoint_every=", "train.progress=",
+               "train.total_samples=", "run.")
+
+
+def row(rec: dict) -> tuple:
+    """The table row and plot curve of a record: its method, ACE's config where not the
+    default, and the overrides that change learning (records of earlier runs have
+    neither: the default config, no overrides)."""
+    config = rec.get("config")
+    config = None if config == os.path.basename(ACE_CONFIG.format(grid=rec["grid"])) else config
+    learning = tuple(o for o in rec.get("overrides", []) if not o.startswith(BOOKKEEPING))
+    return rec["method"], config, learning
+
+
+def label(key: tuple) -> str:
+    """A row's name: the method, then what sets it apart, e.g.
+    ``ACE (spiders_fly_5x5_paper.yaml, algo.nstep=3)``."""
+    method, config, learning = key
+    extra = ([config] if config else []) + list(learning)
+    return NAMES[method] + (f" ({', '.join(extra)})" if extra else "")
 
 
 def run_one(method: str, grid: int, seed: int, ns: argparse.Namespace) -> dict:
     prefix = "bench" if method == "ace_dqn" else f"bench_{method}"
-    name = f"{prefix}_{grid}x{grid}_seed{seed}"
-    run_dir = os.path.join(ns.run_dir, name)
+    config = None
     if method == "ace_dqn":
-        cfg, algo = os.path.join(ROOT, "configs", f"spiders_fly_{grid}x{grid}.yaml"), []
+        cfg, algo = ace_config(ns.ace_config, grid), []
+        config = os.path.basename(cfg)
+        if ns.ace_config != ACE_CONFIG:  # runs of two configs never share a directory
+            prefix = f"bench_{os.path.splitext(config)[0]}"
     else:
         cfg = os.path.join(ROOT, "configs", f"spiders_fly_{grid}x{grid}_baselines.yaml")
         algo = [f"algo.name={method}"]
+    run_dir = os.path.join(ns.run_dir, f"{prefix}_{grid}x{grid}_seed{seed}")
     summary = train_or_resume(cfg, run_dir, ns.total_samples[grid], ns.overrides,
                               start=[f"seed={seed}", *algo])
 
@@ -73,7 +117,8 @@ def run_one(method: str, grid: int, seed: int, ns: argparse.Namespace) -> dict:
     at_100 = None
     if summary["samples_to_success"] is not None:
         at_100 = result if summary["samples_to_success"] == summary["samples"] else evaluate(first)
-    rec = {"method": method, "grid": grid, "seed": seed, "samples_to_100": summary["samples_to_success"],
+    rec = {"method": method, "config": config, "grid": grid, "seed": seed,
+           "overrides": list(ns.overrides), "samples_to_100": summary["samples_to_success"],
            "samples": summary["samples"], "steps_gap": result["exact_steps_gap"],
            "steps_gap_at_100": at_100["exact_steps_gap"] if at_100 else None,
            "sampled_steps_gap": result["steps_gap"], "success_rate": result["success_rate"],
@@ -104,6 +149,8 @@ def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--methods", nargs="+", default=TABLE1, choices=list(NAMES),
                    help="methods to run (default: Table 1's ACE, VDN, QMIX and QTRAN)")
+    p.add_argument("--ace-config", default=ACE_CONFIG,
+                   help="ACE's config, {grid} standing for the grid size (default: %(default)s)")
     p.add_argument("--grids", nargs="+", type=int, default=[5, 7])
     p.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2, 3, 4])
     p.add_argument("--jobs", type=int, default=2, help="runs in parallel (one thread each)")
@@ -117,7 +164,7 @@ def main(argv=None) -> None:
     p.add_argument("--records", nargs="+", metavar="JSON",
                    help="train nothing: make the table and plot from records that earlier "
                         "--json runs wrote (of the selected methods, grids and seeds; the last record "
-                        "of a (method, grid, seed) counts)")
+                        "of a (row, grid, seed) counts: method, ACE's config and overrides)")
     p.add_argument("overrides", nargs="*", help="config overrides for every run, after --")
     ns = p.parse_args(argv)
     ns.total_samples = {5: ns.max_samples_5, 7: ns.max_samples_7}
@@ -133,7 +180,7 @@ def main(argv=None) -> None:
             with open(path) as f:
                 for r in json.load(f):
                     if r["method"] in ns.methods and r["grid"] in ns.grids and r["seed"] in ns.seeds:
-                        latest[(r["method"], r["grid"], r["seed"])] = r
+                        latest[(row(r), r["grid"], r["seed"])] = r
         records = list(latest.values())
         title = f"Spiders-and-Fly, from {', '.join(ns.records)}"
     else:
@@ -157,15 +204,16 @@ def main(argv=None) -> None:
              "| paper samples (M) | paper gap "
              "| wall-clock to 100% (s) | wall-clock per run (s) | env steps/s |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    rows = sorted({row(r) for r in records}, key=lambda k: (ns.methods.index(k[0]), k[1] or "", k[2]))
     for g in ns.grids:
-        for m in ns.methods:
-            rs = [r for r in records if r["grid"] == g and r["method"] == m]
+        for key in rows:
+            rs = [r for r in records if r["grid"] == g and row(r) == key]
             if not rs:
                 continue
-            paper = PAPER.get(m, {}).get(g)
+            paper = PAPER.get(key[0], {}).get(g)
             ps = (f"{paper['samples_m'][0]:.2f} ± {paper['samples_m'][1]:.2f} | "
                   f"{paper['gap'][0]:.2f} ± {paper['gap'][1]:.2f}") if paper else "- | -"
-            lines.append(f"| {NAMES[m]} | {g}x{g} | {fmt([r['samples_to_100'] for r in rs], 1e-6)} | "
+            lines.append(f"| {label(key)} | {g}x{g} | {fmt([r['samples_to_100'] for r in rs], 1e-6)} | "
                          f"{fmt([r['steps_gap_at_100'] for r in rs])} | "
                          f"{fmt([r['samples'] for r in rs], 1e-6)} | "
                          f"{fmt([r['steps_gap'] for r in rs])} | "
@@ -191,8 +239,9 @@ def success_curve(run_dir: str):
 
 
 def plot(records, path: str) -> None:
-    """Success rate against samples, one curve per method and grid: the mean over seeds
-    with the min-max spread shaded, one colour per method. A run that ended before the
+    """Success rate against samples, one curve per row (method, config, overrides) and
+    grid: the mean over seeds with the min-max spread shaded, each method's own colour for
+    its default row and further colours for the others. A run that ended before the
     others (at its first 100%, or at a smaller budget) counts with its last evaluation
     after; runs without any evaluation are left out, with a warning."""
     import matplotlib
@@ -202,10 +251,13 @@ def plot(records, path: str) -> None:
     import numpy as np
 
     grids = sorted({r["grid"] for r in records})
+    spare = iter(f"C{i}" for i in range(5, 10))
+    colors = {key: COLORS[key[0]] if key[1:] == (None, ()) else next(spare, "k")
+              for key in dict.fromkeys(row(r) for r in records)}
     fig, axes = plt.subplots(1, len(grids), figsize=(6 * len(grids), 4), squeeze=False)
     for ax, g in zip(axes[0], grids):
-        for m in dict.fromkeys(r["method"] for r in records):
-            rs = [r for r in records if r["grid"] == g and r["method"] == m]
+        for key, color in colors.items():
+            rs = [r for r in records if r["grid"] == g and row(r) == key]
             if not rs:
                 continue
             curves = [success_curve(r["run_dir"]) for r in rs]
@@ -217,8 +269,8 @@ def plot(records, path: str) -> None:
                 continue
             xs = np.array(sorted({x for c in curves for x in c[0]}))
             ys = np.stack([np.interp(xs, c[0], c[1], right=c[1][-1]) for c in curves])
-            ax.plot(xs / 1e6, ys.mean(0), color=COLORS[m], label=f"{NAMES[m]} ({len(curves)} seeds)")
-            ax.fill_between(xs / 1e6, ys.min(0), ys.max(0), color=COLORS[m], alpha=0.2)
+            ax.plot(xs / 1e6, ys.mean(0), color=color, label=f"{label(key)} ({len(curves)} seeds)")
+            ax.fill_between(xs / 1e6, ys.min(0), ys.max(0), color=color, alpha=0.2)
         ax.set_title(f"Spiders-and-Fly {g}x{g}")
         ax.set_xlabel("samples (M)")
         ax.set_ylabel("success rate within 10 steps")

@@ -15,6 +15,9 @@ Variants of `--env smax` (the paper's SMAC hyper-parameters, configs/smax_5m_vs_
   ace_sorted    Sorted Order: agents by unit type, then position (algo.order=sorted)
   ace_shuffled  Shuffle Order: a random order per sample (algo.order=random)
   qmix          QMIX-SHARED with the same protocol
+  ace_ppo       ACE-PPO with the paper's ACE-PPO table (configs/smax_5m_vs_6m_ppo.yaml)
+  ace_ctde      ACE-CTDE: ACE-DQN plus the distilled individual values; eval.csv also
+                holds the decentralised policy's dec_* figures
 Variants of `--env grf` (the paper's GRF hyper-parameters, configs/grf_3_vs_1_with_keeper*.yaml):
   ace, qmix     as above
 
@@ -54,6 +57,8 @@ VARIANTS = {
         "ace_sorted": (_config("smax_5m_vs_6m.yaml"), ["algo.order=sorted"], "ACE, sorted order"),
         "ace_shuffled": (_config("smax_5m_vs_6m.yaml"), ["algo.order=random"], "ACE, shuffled order"),
         "qmix": (_config("smax_5m_vs_6m_qmix.yaml"), [], "QMIX-SHARED"),
+        "ace_ppo": (_config("smax_5m_vs_6m_ppo.yaml"), [], "ACE-PPO"),
+        "ace_ctde": (_config("smax_5m_vs_6m_ctde.yaml"), [], "ACE-CTDE (centralised)"),
     },
     "grf": {
         "ace": (_config("grf_3_vs_1_with_keeper.yaml"), [], "ACE"),

@@ -40,7 +40,10 @@ def test_bench_spiders_writes_records(tmp_path):
         assert key in rec
     assert rec["grid"] == 5 and rec["seed"] == 0 and rec["samples"] == 512
     assert rec["samples_to_100"] is None and rec["steps_gap_at_100"] is None  # 512 samples
-    assert "| ACE | 5x5 |" in text
+    assert rec["config"] == "spiders_fly_5x5.yaml" and rec["overrides"] == args[args.index("--") + 1:]
+    # the row names what changes learning, not the bookkeeping (train.stop_on_success)
+    assert "| ACE (train.samples_per_collect=256, train.batch_size=16, " in text
+    assert "train.learning_starts=256) | 5x5 |" in text
     args[args.index("--max-samples-5") + 1] = "768"  # the same runs, trained further
     run(args)
     (rec,) = json.loads(out.read_text())
@@ -60,7 +63,8 @@ def test_table1_with_baselines_writes_markdown_and_plot(tmp_path):
          "model.hidden=8", "train.eval_every=256", "train.eval_episodes=2",
          "train.learning_starts=256"])
     table = md.read_text()
-    assert "| VDN | 5x5 |" in table and "0.19 ± 0.02" in table and "| ACE | 5x5 |" in table
+    assert "| VDN (train.samples_per_collect=256," in table and "0.19 ± 0.02" in table
+    assert "| ACE (train.samples_per_collect=256," in table
     assert png.stat().st_size > 1000
 
 
@@ -85,6 +89,34 @@ def test_table_from_saved_records(tmp_path):
     text = run(["scripts/bench_spiders.py", "--methods", "qtran", "--grids", "5", "--seeds", "0",
                 "--records", str(b)])
     assert "| QTRAN | 5x5 | not reached | not reached |" in text  # seed 1 not selected
+
+
+def test_records_of_another_config_or_overrides_are_rows_of_their_own(tmp_path):
+    """ACE with the _paper config, and with an option on top, are rows apart from the
+    default ACE row; bookkeeping overrides do not split a row."""
+    def rec(seed, n, config="spiders_fly_5x5.yaml", overrides=()):
+        return {"method": "ace_dqn", "config": config, "overrides": list(overrides), "grid": 5,
+                "seed": seed, "samples_to_100": n, "samples": 300_000, "steps_gap": 0.5,
+                "steps_gap_at_100": 1.0, "sampled_steps_gap": 0.5, "wall_to_100_s": 1.0,
+                "wall_s": 2.0, "env_steps_per_s": None, "run_dir": "x"}
+    paper = "spiders_fly_5x5_paper.yaml"
+    recs = [rec(0, 100_000, overrides=["train.stop_on_success=false"]), rec(1, 120_000),
+            rec(0, 200_000, paper), rec(1, 220_000, paper, ["train.checkpoint_every=10240"]),
+            rec(0, 300_000, paper, ["algo.nstep=3", "train.stop_on_success=false"])]
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps(recs))
+    text = run(["scripts/bench_spiders.py", "--methods", "ace_dqn", "--grids", "5", "--records", str(path)])
+    assert "| ACE | 5x5 | 0.11 ± 0.01 |" in text
+    assert f"| ACE ({paper}) | 5x5 | 0.21 ± 0.01 |" in text
+    assert f"| ACE ({paper}, algo.nstep=3) | 5x5 | 0.30 ± 0.00 |" in text
+
+
+def test_bench_spiders_refuses_a_missing_ace_config(tmp_path):
+    out = subprocess.run([sys.executable, "scripts/bench_spiders.py", "--methods", "ace_dqn", "--grids", "5",
+                          "--ace-config", "configs/spiders_fly_{grid}x{grid}_nope.yaml", "--run-dir",
+                          str(tmp_path)], cwd=ROOT, capture_output=True, text=True)
+    assert out.returncode != 0 and "spiders_fly_5x5_nope.yaml" in out.stderr
+    assert os.listdir(tmp_path) == []
 
 
 def test_spiders_regret_compares_sequential_and_joint_policies(tmp_path):
@@ -212,3 +244,19 @@ def test_study_refuses_a_variant_the_environment_lacks():
                           "ace_wo_ia", "--records", "none.json"], cwd=ROOT, capture_output=True,
                          text=True)
     assert out.returncode == 2 and "--env grf has no variant ace_wo_ia" in out.stderr
+
+
+def test_every_study_variant_loads_with_its_switches():
+    """Each variant's config and switches are a valid config of its environment, with
+    the algorithm the variant names (a wrong file or a misspelt key fails here, not hours
+    into a study)."""
+    sys.path.insert(0, os.path.join(ROOT, "scripts"))
+    from study import VARIANTS
+
+    from acegnn.config import load_config
+
+    algo = {"qmix": "qmix", "ace_ppo": "ace_ppo", "ace_ctde": "ace_ctde"}
+    for env, variants in VARIANTS.items():
+        for variant, (config, switches, _) in variants.items():
+            cfg = load_config(config, switches)
+            assert cfg.env.name == env and cfg.algo.name == algo.get(variant, "ace_dqn"), variant
