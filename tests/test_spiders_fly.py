@@ -543,3 +543,54 @@ def test_package_exports_every_public_name():
         assert getattr(package, name) is getattr(module, name), name
     with pytest.raises(AttributeError, match="no attribute"):
         package.not_a_name
+
+
+# The paper's Appendix table "Hyper-parameter Settings of ACE and baselines on Spiders and
+# Fly" and its Method section's architecture, written out by hand from the paper.
+PAPER_TABLE = {
+    "env.num_envs": 8, "train.samples_per_collect": 1024, "train.buffer_size": 1_000_000,
+    "train.updates_per_collect": 10, "train.batch_size": 256, "algo.weight_decay": 0.0,
+    "algo.lr": 0.0005, "algo.target_theta": 0.02, "algo.gamma": 0.99, "algo.optimizer": "adam",
+    "model.hidden": 128, "train.eps_start": 1.0, "train.eps_end": 0.05, "train.eps_decay": 150_000,
+    "model.layers": 1, "algo.nstep": 1, "algo.target": "eq1", "algo.aux_weight": 0.0,
+    "algo.double_q": False, "algo.intermediate_discount": True, "model.conv": "ace",
+    "model.passive": True, "env.features": "scalar",
+}
+# What the tuned configs' headers say they change, with the paper's value beside.
+TUNED = {"model.layers": 3, "model.init": "he", "algo.target_theta": 0.05, "train.updates_per_collect": 40}
+
+
+def _get(cfg, dotted):
+    section, key = dotted.split(".")
+    return getattr(getattr(cfg, section), key)
+
+
+def _leaves(cfg):
+    from acegnn.config import to_dict
+
+    return {f"{s}.{k}": v for s, d in to_dict(cfg).items() if isinstance(d, dict) for k, v in d.items()}
+
+
+@pytest.mark.parametrize("grid", [5, 7])
+def test_the_paper_configs_hold_the_appendix_table(grid):
+    from acegnn.config import load_config
+
+    cfg = load_config(f"configs/spiders_fly_{grid}x{grid}_paper.yaml")
+    assert cfg.env.grid_size == grid and cfg.algo.name == "ace_dqn"
+    for key, value in PAPER_TABLE.items():
+        assert _get(cfg, key) == value, key
+
+
+@pytest.mark.parametrize("grid", [5, 7])
+def test_the_tuned_configs_depart_from_the_paper_in_the_keys_their_headers_list(grid):
+    """Every leaf of the tuned config equals the _paper config's except the four keys of
+    its header; the budget is the benchmark's in both."""
+    from acegnn.config import load_config
+
+    paper = _leaves(load_config(f"configs/spiders_fly_{grid}x{grid}_paper.yaml"))
+    tuned = _leaves(load_config(f"configs/spiders_fly_{grid}x{grid}.yaml"))
+    differ = {k: tuned[k] for k in tuned if tuned[k] != paper[k]}
+    assert differ == TUNED
+    header = open(f"configs/spiders_fly_{grid}x{grid}.yaml").read().split("\nseed:")[0]
+    for key in TUNED:
+        assert key in header, key
