@@ -594,3 +594,13 @@ def test_the_tuned_configs_depart_from_the_paper_in_the_keys_their_headers_list(
     header = open(f"configs/spiders_fly_{grid}x{grid}.yaml").read().split("\nseed:")[0]
     for key in TUNED:
         assert key in header, key
+
+
+def test_the_official_options_config_is_the_tuned_one_plus_the_official_choices():
+    from acegnn.config import load_config
+
+    tuned = _leaves(load_config("configs/spiders_fly_5x5.yaml"))
+    official = _leaves(load_config("configs/spiders_fly_5x5_official.yaml"))
+    differ = {k: official[k] for k in official if official[k] != tuned[k]}
+    assert differ == {"algo.target": "last_agent", "algo.double_q": True, "algo.nstep": 3,
+                      "model.pool": "mean_max", "algo.aux_weight": 10.0}
