@@ -39,6 +39,21 @@ def alive_units(net, d: HeteroData) -> Tensor:
     return torch.cat([alive_of(d, t) for t in net.schema.node_types])
 
 
+def kept_units(schema, d: HeteroData, keep):
+    """The units of ``d`` that ``keep`` (``{type: [N_t] bool}``) marks, renumbered, and the
+    edges among them: ``(new_id, x, edge_index, edge_attr)``, ``new_id[t]`` mapping each
+    old index of type ``t`` to its new one (-1 where dropped)."""
+    new_id = {t: torch.cumsum(k.long(), 0) - 1 for t, k in keep.items()}
+    x = {t: d[t].x[keep[t]] for t in schema.node_types}
+    ei, ea = {}, {}
+    for et in schema.edge_types:
+        e = d[et].edge_index
+        both = keep[et[0]][e[0]] & keep[et[2]][e[1]]
+        ei[et] = torch.stack([new_id[et[0]][e[0, both]], new_id[et[2]][e[1, both]]])
+        ea[et] = d[et].edge_attr[both]
+    return new_id, x, ei, ea
+
+
 def lin(m, x: Tensor) -> Tensor:
     """A linear layer by hand: ``x W^T (+ b)``."""
     y = x @ m.weight.T

@@ -58,14 +58,7 @@ def naive_q(ind, schema, d, agent):
     """Q(o_i, a) of every available action of agent ``agent``: its view rebuilt as a graph
     of the kept units and the edges among them, its own action added alone."""
     keep, rows = view_of(schema, d, agent)
-    new = {t: torch.cumsum(k.long(), 0) - 1 for t, k in keep.items()}
-    x = {t: d[t].x[keep[t]] for t in schema.node_types}
-    ei, ea = {}, {}
-    for et in schema.edge_types:
-        e = d[et].edge_index
-        both = keep[et[0]][e[0]] & keep[et[2]][e[1]]
-        ei[et] = torch.stack([new[et[0]][e[0, both]], new[et[2]][e[1, both]]])
-        ea[et] = d[et].edge_attr[both]
+    new, x, ei, ea = R.kept_units(schema, d, keep)
     sub = build_state(schema, x, ei, ea, {k: d[ACTION][k] for k in
                                           ("kind", "actor_type", "actor", "target_type",
                                            "target", "slot", "available")})

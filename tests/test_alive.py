@@ -41,14 +41,7 @@ def with_dead(schema, d, dead_allies, dead_enemies):
 def without_dead(schema, d):
     """The same state with its dead units (and their edges and actions) removed."""
     keep = {t: d[t].alive for t in schema.node_types}
-    new_id = {t: torch.cumsum(k.long(), 0) - 1 for t, k in keep.items()}
-    x = {t: d[t].x[keep[t]] for t in schema.node_types}
-    ei, ea = {}, {}
-    for et in schema.edge_types:
-        e = d[et].edge_index
-        live = keep[et[0]][e[0]] & keep[et[2]][e[1]]
-        ei[et] = torch.stack([new_id[et[0]][e[0, live]], new_id[et[2]][e[1, live]]])
-        ea[et] = d[et].edge_attr[live]
+    new_id, x, ei, ea = R.kept_units(schema, d, keep)
     store = d[ACTION]
     names = schema.node_type_names
     rows = []
