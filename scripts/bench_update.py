@@ -2,7 +2,8 @@
 """Time one learner update (a replayed batch through the TD loss and the optimiser).
 
 Builds the task and learner of a config, fills the replay buffer with a few collects, and
-times ``learner.update`` on a fixed batch. With ``--compare-all-values`` (ACE only) it
+times ``learner.update`` on a fixed batch (``update_ms``) and one step as the training
+loop takes it: sample the replay, build the graphs, update (``step_ms``). With ``--compare-all-values`` (ACE only) it
 alternates with an update whose rollouts value every candidate, the path before the
 ``values="chosen"`` / ``"successors"`` passes, so both see the same machine load.
 
@@ -38,6 +39,10 @@ def main(argv=None) -> dict:
     p.add_argument("--repeats", type=int, default=6, help="timed rounds (median reported)")
     p.add_argument("--updates", type=int, default=10, help="updates per round")
     p.add_argument("--compare-all-values", action="store_true")
+    p.add_argument("--profile", type=int, default=0, metavar="N",
+                   help="also profile N loop steps with torch.profiler and print the "
+                        "operators that took the most time, with FLOP counts")
+    p.add_argument("--profile-rows", type=int, default=25)
     ns = p.parse_args(argv)
     torch.set_num_threads(ns.threads)
     with tempfile.TemporaryDirectory() as tmp:
@@ -47,26 +52,37 @@ def main(argv=None) -> dict:
         trainer = Trainer(task, learner, cfg.train, cfg.seed, tmp)
         while len(trainer.buffer) < max(cfg.train.batch_size, cfg.train.learning_starts):
             trainer.collect()
-    s = trainer.buffer.sample(cfg.train.batch_size, trainer.sample_gen)
-    graphs, next_graphs = task.graphs(s.obs), task.graphs(s.next_obs)
-    actions = s.actions.view(-1)
+    args, nstep = trainer.batch(trainer.buffer.sample(cfg.train.batch_size, trainer.sample_gen))
 
-    def update():
-        learner.update(graphs, actions, s.reward, s.terminated, next_graphs)
+    def update():  # the same batch every time
+        learner.update(*args, **nstep)
 
-    modes = {"update_ms": sequential_rollout}
+    def step():  # as the loop does it: sample, build the graphs, update
+        trainer.update_once()
+
+    modes = {"update_ms": (update, sequential_rollout), "step_ms": (step, sequential_rollout)}
     if ns.compare_all_values:
-        modes["all_values_update_ms"] = _all_values
+        modes["all_values_update_ms"] = (update, _all_values)
     times = {k: [] for k in modes}
     for _ in range(ns.repeats):
-        for key, fn in modes.items():
-            ace_module.sequential_rollout = fn
-            update()
+        for key, (fn, rollout) in modes.items():
+            ace_module.sequential_rollout = rollout
+            fn()
             t0 = time.perf_counter()
             for _ in range(ns.updates):
-                update()
+                fn()
             times[key].append((time.perf_counter() - t0) / ns.updates * 1e3)
     ace_module.sequential_rollout = sequential_rollout
+    if ns.profile:
+        from torch.profiler import ProfilerActivity, profile
+
+        with profile(activities=[ProfilerActivity.CPU], with_flops=True) as prof:
+            for _ in range(ns.profile):
+                step()
+        events = prof.key_averages()
+        print(events.table(sort_by="self_cpu_time_total", row_limit=ns.profile_rows))
+        flops = sum(e.flops for e in events) / ns.profile
+        print(f"FLOP per step (matrix products and convolutions): {flops / 1e9:.2f} G")
     out = {"config": ns.config, "overrides": ns.overrides, "algo": cfg.algo.name,
            "batch_size": cfg.train.batch_size, "threads": ns.threads,
            **{k: statistics.median(v) for k, v in times.items()}}

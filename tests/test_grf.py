@@ -30,6 +30,8 @@ GOAL = Layout(ball=(0.77, 0.0), left=((-1.0, 0.0, "GK"), (0.75, 0.0, "CF")),
               right=((1.0, 0.0, "GK"),))  # gfootball's empty-goal-close: their keeper is away
 BACK = Layout(ball=(0.06, 0.0), left=((-1.0, 0.0, "GK"), (0.04, 0.0, "CF")),
               right=((-1.0, 0.0, "GK"),))  # the agent and the ball a few steps from our half
+OUT = Layout(ball=(0.95, 0.3), left=((-1.0, 0.0, "GK"), (0.93, 0.3, "CF")),
+             right=((1.0, 0.0, "GK"),))  # at the byline, away from the goal mouth
 RUN = Layout(ball=(0.46, 0.0), left=((-1.0, 0.0, "GK"), (0.03, 0.1, "CF"), (0.45, 0.0, "CF")),
              right=((-1.0, 0.0, "GK"),))  # an agent near our half, the other at the ball
 # (a lone player nearest a loose ball runs to it whatever it is told)
@@ -197,22 +199,58 @@ def test_passing_the_ball_back_into_our_half_loses():
         game.close()
 
 
-def test_a_goal_pays_100_and_a_time_out_is_truncated_with_minus_1():
-    sc = layout_scenario("goal", GOAL)
-    game = Game(sc, seed=2)
+@pytest.mark.parametrize("rule", ["paper", "cds"])
+def test_a_goal_pays_100_under_both_rules(rule):
+    game = Game(layout_scenario("goal", GOAL), seed=2, reward=rule)
     try:
         shoot = lambda g: A["shot"] if g.avail[0, A["shot"]] else A["right"]  # noqa: E731
         last = play(game, shoot)[-1]
         assert last.won and last.terminated and last.reward == 100.0 and not last.half_court
     finally:
         game.close()
-    game = Game(sc, seed=2, time_limit=3)
+
+
+@pytest.mark.parametrize("rule,terminal,expected", [
+    ("paper", True, (0.0, True, False)),  # the official code's: 0, the episode ends
+    ("cds", True, (-1.0, True, False)),  # CDS's: -1, the episode ends
+    ("paper", False, (0.0, False, True)),  # 0, truncated: the learner bootstraps
+    ("cds", False, (-1.0, False, True))])
+def test_the_time_limit_pays_by_the_rule_and_ends_or_truncates(rule, terminal, expected):
+    game = Game(layout_scenario("goal", GOAL), seed=2, time_limit=3, reward=rule,
+                time_limit_terminal=terminal)
     try:
         steps = play(game, lambda g: A["idle"], limit=3)
         assert [(s.reward, s.terminated, s.truncated) for s in steps] == \
-            [(0.0, False, False), (0.0, False, False), (-1.0, False, True)]
+            [(0.0, False, False), (0.0, False, False), expected]
+        assert not steps[-1].won and not steps[-1].half_court
     finally:
         game.close()
+
+
+@pytest.mark.parametrize("rule,reward", [("paper", 0.0), ("cds", -1.0)])
+def test_the_ball_out_of_play_pays_0_by_the_paper_and_minus_1_by_cds(rule, reward):
+    game = Game(layout_scenario("out", OUT), seed=4, reward=rule)
+    try:
+        last = play(game, lambda g: A["bottom_right"])[-1]
+        assert last.terminated and not last.truncated and not last.won and not last.half_court
+        assert last.reward == reward
+        assert last.units[-1, 0] > 0.9  # the ball went out at the far end, in their half
+    finally:
+        game.close()
+
+
+def test_the_half_court_loss_pays_minus_1_by_the_cds_rule_too():
+    game = Game(layout_scenario("run", RUN), seed=1, reward="cds")
+    try:
+        last = play(game, lambda g: [A["left"], A["idle"]])[-1]
+        assert last.terminated and last.half_court and last.reward == -1.0
+    finally:
+        game.close()
+
+
+def test_an_unknown_reward_rule_is_refused():
+    with pytest.raises(ValueError, match=r"env.reward must be one of \['paper', 'cds'\].*'nope'"):
+        GRFConfig(reward="nope")
 
 
 def test_the_same_seed_plays_the_same_episode():
@@ -281,6 +319,49 @@ def test_graph_features_and_the_ball_owners_passive_message():
     assert rows == sorted([int(idx.flat["player"][0]), ball_row])
     rows = torch.nonzero(changed(19 + A["right"])).view(-1).tolist()  # player 2 runs
     assert rows == [int(idx.flat["player"][1])]
+
+
+def test_sticky_flags_of_a_real_state_end_the_players_features():
+    from acegnn.envs.grf import grf_graphs
+
+    game = Game("academy_3_vs_1_with_keeper", seed=0)
+    try:
+        for _ in range(3):  # agent 0 sprints to the right, agent 1 dribbles, agent 2 waits
+            game.step([A["sprint"] if game.avail[0, A["sprint"]] else A["right"],
+                       A["dribble"] if game.avail[1, A["dribble"]] else A["idle"], A["idle"]])
+        game.step([A["right"], A["top"], A["idle"]])
+        raw = game.env.unwrapped.observation()  # gfootball's own observation of this state
+        flags = np.stack([np.asarray(raw[c]["sticky_actions"]) for c in game.controller])
+        sticky = torch.from_numpy(game.sticky)[None]
+        units, avail = torch.from_numpy(game.units)[None], torch.from_numpy(game.avail)[None]
+    finally:
+        game.close()
+    # the flags: STICKY's order, as gfootball reports them for each agent's controller
+    assert torch.equal(sticky[0], torch.from_numpy(flags).float())
+    on = {i: [STICKY[k] for k in np.flatnonzero(flags[i])] for i in range(3)}
+    assert on[0] == ["right", "sprint"] and on[1] == ["top", "dribble"] and on[2] == []
+    plain = grf_graphs(units, avail, 3)
+    g = grf_graphs(units, avail, 3, sticky)
+    assert grf_schema(3, 2, sticky=True).node_types["player"] == 8 + 10
+    assert torch.equal(g["player"].x[:, :8], plain["player"].x)
+    assert torch.equal(g["player"].x[:, 8:], sticky[0])
+    assert torch.equal(g["opponent"].x, plain["opponent"].x)  # the opponents have none
+    with pytest.raises(ValueError, match=r"sticky must be \[1, 3, 10\]"):
+        grf_graphs(units, avail, 3, sticky[:, :2])
+
+
+def test_the_task_stores_the_flags_and_builds_the_graphs_its_config_asks_for():
+    task = GRFTask("academy_3_vs_1_with_keeper", num_envs=1, seed=0, num_workers=1,
+                   sticky_features=True)
+    try:
+        tr = task.step(torch.tensor([[A["right"], A["right"], A["idle"]]]))
+        assert tr.next_obs["sticky"].shape == (1, 3, 10)
+        assert tr.next_obs["sticky"][0, :2, STICKY.index("right")].tolist() == [1.0, 1.0]
+        obs = task.observe()
+        assert task.schema.node_types["player"] == 18
+        assert torch.equal(task.graphs(obs)["player"].x[:, 8:], obs["sticky"][0])
+    finally:
+        task.close()
 
 
 # Engine processes --------------------------------------------------------------------------
@@ -370,6 +451,25 @@ def test_a_hung_engine_process_is_restarted_after_the_step_timeout():
         task.close()
 
 
+def test_an_engine_that_fails_every_step_stops_the_pool_after_max_restarts():
+    # an action id gfootball does not know (past the task's own check): the engine raises
+    bad, good = np.array([[0, 0, 99]]), np.array([[0, 0, 0]])
+    pool = EnginePool("academy_3_vs_1_with_keeper", num_envs=1, num_workers=1, seed=0,
+                      max_restarts=2)
+    try:
+        assert pool.step(bad).dropped.tolist() == [True] and pool.failures == [1]
+        assert not pool.step(good).dropped.any() and pool.failures == [0]  # a step resets
+        assert pool.step(bad).dropped.tolist() == [True]
+        assert pool.step(bad).dropped.tolist() == [True] and pool.failures == [2]
+        with pytest.raises(RuntimeError, match=r"GRF engine process 0 failed 3 times in a row "
+                                               r"without a successful step \(2 restarts"):
+            pool.step(bad)
+        assert pool.restarts == 3 and len(pool.events) == 4
+        assert all("raised" in e for e in pool.events)
+    finally:
+        pool.close()
+
+
 def test_evaluation_plays_the_same_episodes_for_the_same_seed():
     def policy(graphs):  # deterministic: the owner shoots, everyone else runs right
         avail = graphs["action"].available.view(-1, 19)
@@ -403,6 +503,45 @@ def test_the_paper_configs_load(config, lr, decay):
     assert cfg.algo.optimizer == "rmsprop" and cfg.algo.target_theta == 0.08
     assert cfg.model.hidden == 128 and cfg.algo.weight_decay == 1e-5
     assert (cfg.algo.lr, cfg.train.eps_decay) == (lr, decay)
+
+
+def test_the_paper_configs_hold_the_papers_rules():
+    from acegnn.config import load_config
+
+    for name in ("grf_3_vs_1_with_keeper", "grf_counterattack_hard",
+                 "grf_3_vs_1_with_keeper_qmix"):
+        env = load_config(os.path.join(ROOT, "configs", f"{name}.yaml")).env
+        assert (env.reward, env.goal_reward, env.end_reward) == ("paper", 100.0, -1.0)
+        assert env.time_limit == 150 and env.time_limit_terminal and not env.sticky_features
+    budget = {n: load_config(os.path.join(ROOT, "configs", f"{n}.yaml")).train.total_samples
+              for n in ("grf_3_vs_1_with_keeper", "grf_counterattack_hard")}
+    assert budget == {"grf_3_vs_1_with_keeper": 4_000_000,
+                      "grf_counterattack_hard": 10_000_000}  # the official curves' x-axes
+
+
+#: The official recipe's departures from the paper config, each named in its comment.
+OFFICIAL = {"env.sticky_features": True, "algo.lr_schedule": "cosine", "algo.lr_min": 2e-5,
+            "algo.lr_decay_updates": 5000, "algo.grad_clip": 50.0, "algo.nstep": 9,
+            "algo.double_q": True, "algo.target": "last_agent", "algo.aux_weight": 100.0,
+            "model.pool": "mean_max", "model.layers": 2}
+
+
+def test_the_official_recipe_is_the_paper_config_plus_its_departures():
+    from acegnn.config import load_config, to_dict
+
+    def leaves(d, prefix=""):
+        out = {}
+        for k, v in d.items():
+            out.update(leaves(v, f"{prefix}{k}.") if isinstance(v, dict) else {prefix + k: v})
+        return out
+
+    paper = leaves(to_dict(load_config(os.path.join(ROOT, "configs/grf_3_vs_1_with_keeper.yaml"))))
+    path = os.path.join(ROOT, "configs/grf_3_vs_1_with_keeper_official.yaml")
+    official = leaves(to_dict(load_config(path)))
+    assert {k: v for k, v in official.items() if v != paper[k]} == OFFICIAL
+    lines = {ln.split(":")[0].strip(): ln for ln in open(path).read().splitlines()}
+    for key in OFFICIAL:
+        assert "official" in lines[key.split(".")[1]], key
 
 
 @pytest.mark.parametrize("config", ["grf_3_vs_1_with_keeper.yaml",

@@ -75,3 +75,20 @@ def test_baselines_follow_model_init(name):
     # the target network is a copy of the initialised network
     for p, tp in zip(lrn.net.parameters(), lrn.target_net.parameters()):
         assert torch.equal(p, tp)
+
+
+def test_a_deep_passive_encoder_is_hidden_wide_inside():
+    """Two layers: node features -> hidden -> hidden x targeted kinds (the official
+    code's MLP(in, hidden, 19 * hidden)), not a (hidden x kinds)-wide inner layer."""
+    from acegnn.nn.action_encoder import ActionEncoder
+
+    schema = smac_like_schema()
+    k = len(schema.targeted_kinds)
+    assert k > 1
+    enc = ActionEncoder(schema, 16, layers=2)
+    for t, m in enc.passive_encoders.items():
+        fcs = [layer for layer in m if isinstance(layer, nn.Linear)]
+        assert [(fc.in_features, fc.out_features) for fc in fcs] == \
+            [(schema.node_types[t], 16), (16, 16 * k)]
+    assert [fc.out_features for fc in mlp(4, 12, layers=3, width=5) if isinstance(fc, nn.Linear)] \
+        == [5, 5, 12]

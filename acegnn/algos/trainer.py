@@ -22,7 +22,7 @@ import os
 import sys
 import time
 from dataclasses import dataclass
-from typing import Callable, Dict, Optional, Protocol, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, Optional, Protocol, Sequence, Tuple, Union
 
 import torch
 from torch import Tensor
@@ -31,7 +31,7 @@ from torch_geometric.data import Batch
 from acegnn.algos.checkpoint import (CHECKPOINT_VERSION, SUCCESS_CHECKPOINT, checkpoint_path,
                                      save_checkpoint)
 from acegnn.algos.collector import Collector, Step
-from acegnn.buffers.replay import NStepRows, NStepWindow, ReplayBuffer
+from acegnn.buffers.replay import NStepRows, NStepWindow, ReplayBuffer, ReplaySample
 from acegnn.envs.base import (EvalResult, ExactEvaluation, Policy, VecTask, evaluate_policies,
                               named_policies)
 from acegnn.utils.logger import Logger
@@ -448,16 +448,28 @@ class Trainer(TrainingLoop):
             return {}  # (n-step: the first steps may all be pending still)
         totals: Dict[str, float] = {}
         for _ in range(cfg.updates_per_collect):
-            s = self.buffer.sample(cfg.batch_size, self.sample_gen)
-            nstep = {} if s.discount is None else {"boot_graphs": task.graphs(s.boot_obs),
-                                                   "discount": s.discount}
-            m = self.learner.update(task.graphs(s.obs), s.actions.view(-1), s.reward,
-                                    s.terminated, task.graphs(s.next_obs), self.sample_gen,
-                                    **nstep)
-            self.updates += 1
+            m = self.update_once()
             for k, v in m.items():
                 totals[k] = totals.get(k, 0.0) + v / cfg.updates_per_collect
         return totals
+
+    def batch(self, sample: ReplaySample) -> Tuple[tuple, Dict[str, Any]]:
+        """The learner's update arguments for a replayed sample: graphs of ``s`` and
+        ``s'`` (and, with n-step returns, of the states bootstrapped from)."""
+        task = self.task
+        nstep = {} if sample.discount is None else {"boot_graphs": task.graphs(sample.boot_obs),
+                                                    "discount": sample.discount}
+        args = (task.graphs(sample.obs), sample.actions.view(-1), sample.reward,
+                sample.terminated, task.graphs(sample.next_obs))
+        return args, nstep
+
+    def update_once(self) -> Dict[str, float]:
+        """One gradient step as the loop takes it: sample the replay, build the batch,
+        update."""
+        args, nstep = self.batch(self.buffer.sample(self.cfg.batch_size, self.sample_gen))
+        m = self.learner.update(*args, self.sample_gen, **nstep)
+        self.updates += 1
+        return m
 
     def _announce(self) -> None:
         print(f"replay buffer: {self.buffer.capacity} transitions, "

@@ -17,7 +17,8 @@ class ActionEncoder(nn.Module):
     * **active** :math:`e_a^a`: a learnable vector per action kind, added to the acting
       unit;
     * **passive** :math:`e_a^p`: fc + ReLU over the acting unit's node features, one
-      output per targeted kind, added to the target unit.
+      output per targeted kind (``hidden x num_targeted_kinds`` outputs), added to the
+      target unit.
 
     Args:
         schema (GraphSchema): The environment's schema.
@@ -25,7 +26,8 @@ class ActionEncoder(nn.Module):
         passive (bool, optional): Use passive embeddings. :obj:`False` is the paper's
             ACE-w/o-IA ablation: targeted actions then only carry their active part.
             (default: :obj:`True`)
-        layers (int, optional): Depth of the passive encoder. (default: :obj:`1`)
+        layers (int, optional): Depth of the passive encoder; its inner layers are
+            ``hidden`` wide. (default: :obj:`1`)
 
     Shapes:
         - **passive_table output:** ``[num_agents, num_targeted_kinds, hidden]``
@@ -43,7 +45,7 @@ class ActionEncoder(nn.Module):
         col[list(self.targeted)] = torch.arange(len(self.targeted))
         self.register_buffer("passive_col", col, persistent=False)
         self.passive_encoders = nn.ModuleDict({
-            t: mlp(schema.node_types[t], hidden * len(self.targeted), layers)
+            t: mlp(schema.node_types[t], hidden * len(self.targeted), layers, width=hidden)
             for t in schema.agent_types
         }) if self.passive else nn.ModuleDict()
         self.reset_parameters()

@@ -43,13 +43,16 @@ def edge_key(et: EdgeType) -> str:
     return "__".join(et)
 
 
-def mlp(in_dim: int, out_dim: int, layers: int = 1) -> nn.Sequential:
-    """``layers`` times (fully connected + ReLU); ``layers=1`` is the paper's block."""
+def mlp(in_dim: int, out_dim: int, layers: int = 1, width: Optional[int] = None) -> nn.Sequential:
+    """``layers`` times (fully connected + ReLU); ``layers=1`` is the paper's block. The
+    layers before the last are ``width`` wide (default: ``out_dim``)."""
     if layers < 1:
         raise ValueError(f"layers must be at least 1 (got {layers})")
+    width = out_dim if width is None else width
+    dims = [in_dim] + [width] * (layers - 1) + [out_dim]
     mods = []
     for i in range(layers):
-        mods += [nn.Linear(in_dim if i == 0 else out_dim, out_dim), nn.ReLU(inplace=True)]
+        mods += [nn.Linear(dims[i], dims[i + 1]), nn.ReLU(inplace=True)]
     return nn.Sequential(*mods)
 
 

@@ -1,5 +1,5 @@
 """Google Research Football (gfootball 2.10.2) as graph tasks: the paper's two academy
-scenarios with the CDS modifications (:mod:`acegnn.envs.grf.engine` states the rules),
+scenarios with the paper's rules (:mod:`acegnn.envs.grf.engine` states them),
 the games in engine processes that are restarted when they crash or hang.
 
 Install the back-end with ``bash scripts/install_grf.sh``; ``docs/grf.md`` describes

@@ -3,18 +3,22 @@
 **One game** (:class:`Game`) is a gfootball environment with raw observations, the
 ``v2`` action set (the 19 standard actions and ``builtin_ai``) and a controller on every
 left player: the learner's agents take the action the task sends, every other left
-player (the keeper) ``builtin_ai``. A game applies the paper's rules (following CDS)
-after each gfootball step, in this order:
+player (the keeper) ``builtin_ai``. A game applies these rules after each gfootball
+step, in this order (``reward`` picks who pays ``end_reward``, -1):
 
 1. gfootball ended the episode (a goal, the ball out of play, the right team winning
-   the ball): **+100** (``goal_reward``) and ``won`` if we scored, else **-1**
-   (``end_reward``); terminated.
+   the ball): **+100** (``goal_reward``) and ``won`` if we scored; otherwise -1 with
+   ``reward="cds"``, 0 with ``reward="paper"``. Terminated.
 2. **Half-court rule**: the ball or one of the agents is back in our half (``x < 0``):
-   **-1**, terminated (``half_court``). Other left players (the keeper) do not count.
-3. The episode's ``time_limit``-th step (150): **-1** as well, but *truncated*: the
-   learner bootstraps from the last state (CDS and the official ACE code end the episode
-   there as a loss; the reward is theirs, the bootstrap is ours).
+   **-1**, terminated (``half_court``), under both rules. Other left players (the
+   keeper) do not count.
+3. The episode's ``time_limit``-th step (150): -1 with ``reward="cds"``, 0 with
+   ``reward="paper"``. Terminated with ``time_limit_terminal`` (the official code and
+   CDS end the episode there), else truncated (the learner bootstraps).
 4. Otherwise 0.
+
+The paper's rule (Experiment section): "+100 when our team wins, -1 when our player or
+the ball returns to our half-court, and 0 otherwise".
 
 A finished game is reset at once; its step reports both the episode's last state and
 the new episode's first.
@@ -81,6 +85,8 @@ BUILTIN_AI = 19
 STICKY = ("left", "top_left", "top", "top_right", "right", "bottom_right", "bottom",
           "bottom_left", "sprint", "dribble")
 MOVES = ACTIONS[1:9]
+#: The rules of :class:`Game`: who pays ``end_reward`` (module docstring).
+REWARDS = ("paper", "cds")
 #: Columns of an observation's ``units`` array: position, movement per step and
 #: possession. A player's possession is 1 if it owns the ball; the ball's is
 #: gfootball's ``ball_owned_team`` (-1 nobody, 0 our team, 1 the right team).
@@ -92,6 +98,7 @@ class GameStep(NamedTuple):
 
     units: np.ndarray  # [U, 7] the step's last state (before a reset)
     avail: np.ndarray  # [n_agents, 19]
+    sticky: np.ndarray  # [n_agents, 10] the agents' sticky_actions flags (STICKY)
     reward: float
     terminated: bool
     truncated: bool
@@ -157,15 +164,24 @@ class Game:
         seed (int): Seeds the generator of the episodes' engine seeds.
         time_limit (int, optional): Steps before an episode is cut. (default: :obj:`150`)
         goal_reward (float, optional): Reward of a goal. (default: :obj:`100.0`)
-        end_reward (float, optional): Reward of any other end. (default: :obj:`-1.0`)
+        end_reward (float, optional): Reward of a loss: the half-court rule, and with
+            ``reward="cds"`` every end but a goal. (default: :obj:`-1.0`)
+        reward (str, optional): ``"paper"`` or ``"cds"`` (module docstring).
+            (default: :obj:`"paper"`)
+        time_limit_terminal (bool, optional): The time limit ends the episode
+            (terminated) instead of truncating it. (default: :obj:`True`)
     """
 
     def __init__(self, scenario: "GRFScenario | str", seed: int, time_limit: int = 150,
-                 goal_reward: float = 100.0, end_reward: float = -1.0) -> None:
+                 goal_reward: float = 100.0, end_reward: float = -1.0, reward: str = "paper",
+                 time_limit_terminal: bool = True) -> None:
         import gfootball.env as football_env
 
+        if reward not in REWARDS:
+            raise ValueError(f"reward must be one of {list(REWARDS)} (got {reward!r})")
         self.scenario = get_scenario(scenario)
         self.time_limit, self.goal_reward, self.end_reward = time_limit, goal_reward, end_reward
+        self.reward, self.time_limit_terminal = reward, bool(time_limit_terminal)
         self.rng = np.random.default_rng(seed)
         # gfootball draws the order in which the engine processes the two teams once per
         # game, from Python's global random state when the game is made; drawn here from
@@ -200,9 +216,10 @@ class Game:
             raise RuntimeError(f"gfootball assigned the controllers to the left players "
                                f"{active}; the agents {sc.agents} need one each") from None
         self.units = read_units(obs, sc)
-        sticky = np.stack([np.asarray(raw[c]["sticky_actions"]) for c in self.controller])
+        self.sticky = np.stack([np.asarray(raw[c]["sticky_actions"], dtype=np.float32)
+                                for c in self.controller])
         self.avail = available_actions(self.units[:sc.n_agents, 6] > 0,
-                                       int(obs["ball_owned_team"]), sticky)
+                                       int(obs["ball_owned_team"]), self.sticky)
 
     def step(self, actions: Sequence[int]) -> GameStep:
         """Step with one action id per agent; a finished episode is reset (the state
@@ -217,18 +234,20 @@ class Game:
         raw, _, done, info = self.env.step(full)
         self.t += 1
         self._read(raw)
-        units, avail = self.units, self.avail
+        units, avail, sticky = self.units, self.avail, self.sticky
+        other_end = self.end_reward if self.reward == "cds" else 0.0
         reward, terminated, truncated, won, half = 0.0, False, False, False, False
         if done:
             won = float(info.get("score_reward", 0)) > 0
-            reward, terminated = (self.goal_reward if won else self.end_reward), True
+            reward, terminated = (self.goal_reward if won else other_end), True
         elif units[-1, 0] < 0 or bool((units[:sc.n_agents, 0] < 0).any()):
             reward, terminated, half = self.end_reward, True, True
         elif self.t >= self.time_limit:
-            reward, truncated = self.end_reward, True
+            reward = other_end
+            terminated, truncated = self.time_limit_terminal, not self.time_limit_terminal
         if terminated or truncated:
             self.reset()
-        return GameStep(units, avail, reward, terminated, truncated, won, half)
+        return GameStep(units, avail, sticky, reward, terminated, truncated, won, half)
 
     def close(self) -> None:
         self.env.close()
@@ -267,10 +286,10 @@ def _serve(conn: Connection, scenario: GRFScenario, seeds: List[int], options: d
             g.close()
 
 
-def _current(games: List[Game]) -> Tuple[np.ndarray, np.ndarray, float]:
+def _current(games: List[Game]) -> Tuple[np.ndarray, np.ndarray, np.ndarray, float]:
     """The games' current states, and the CPU seconds this process has used."""
     return (np.stack([g.units for g in games]), np.stack([g.avail for g in games]),
-            time.process_time())
+            np.stack([g.sticky for g in games]), time.process_time())
 
 
 class _Worker(NamedTuple):
@@ -283,6 +302,7 @@ class PoolStep(NamedTuple):
 
     units: np.ndarray  # [num_envs, U, 7] last states (before resets)
     avail: np.ndarray  # [num_envs, n_agents, 19]
+    sticky: np.ndarray  # [num_envs, n_agents, 10]
     reward: np.ndarray  # [num_envs] float32
     terminated: np.ndarray  # [num_envs] bool
     truncated: np.ndarray
@@ -315,18 +335,20 @@ class EnginePool:
         num_workers (int): Engine processes; the games are split into contiguous groups
             as equal as possible (at most ``num_envs`` processes).
         seed (int): Seeds the games (:meth:`reseed` for the scheme).
-        time_limit, goal_reward, end_reward: The rules (:class:`Game`).
+        time_limit, goal_reward, end_reward, reward, time_limit_terminal: The rules
+            (:class:`Game`).
         step_timeout (float, optional): Seconds a process may take to answer a step
             before it counts as hung. (default: :obj:`30.0`)
         start_timeout (float, optional): Seconds a process may take to create its games.
             (default: :obj:`120.0`)
-        max_restarts (int, optional): Restarts in a row of one process (without a step
-            in between) after which the pool gives up with a ``RuntimeError``.
-            (default: :obj:`3`)
+        max_restarts (int, optional): Restarts of one process without a successful step
+            in between (its start or its steps failing); the next failure stops the pool
+            with a ``RuntimeError``. (default: :obj:`3`)
     """
 
     def __init__(self, scenario: "GRFScenario | str", num_envs: int, num_workers: int, seed: int,
                  time_limit: int = 150, goal_reward: float = 100.0, end_reward: float = -1.0,
+                 reward: str = "paper", time_limit_terminal: bool = True,
                  step_timeout: float = 30.0, start_timeout: float = 120.0,
                  max_restarts: int = 3) -> None:
         self.scenario = get_scenario(scenario)
@@ -337,9 +359,12 @@ class EnginePool:
         for key, value in (("step_timeout", step_timeout), ("start_timeout", start_timeout)):
             if not value > 0:
                 raise ValueError(f"{key} must be positive seconds (got {value!r})")
+        if reward not in REWARDS:
+            raise ValueError(f"reward must be one of {list(REWARDS)} (got {reward!r})")
         self.num_envs, self.seed = int(num_envs), int(seed)
         self.options = dict(time_limit=int(time_limit), goal_reward=float(goal_reward),
-                            end_reward=float(end_reward))
+                            end_reward=float(end_reward), reward=reward,
+                            time_limit_terminal=bool(time_limit_terminal))
         self.step_timeout, self.start_timeout = float(step_timeout), float(start_timeout)
         self.max_restarts = int(max_restarts)
         self.groups = [g for g in np.array_split(np.arange(self.num_envs), int(num_workers))
@@ -347,11 +372,14 @@ class EnginePool:
         sc = self.scenario
         self.units = np.zeros((self.num_envs, sc.n_units, len(UNIT_COLUMNS)), dtype=np.float32)
         self.avail = np.zeros((self.num_envs, sc.n_agents, N_ACTIONS), dtype=bool)
+        self.sticky = np.zeros((self.num_envs, sc.n_agents, len(STICKY)), dtype=np.float32)
         self.workers: List[Optional[_Worker]] = [None] * len(self.groups)
         self.cpu_s = [0.0] * len(self.groups)
         """CPU seconds each engine process has used since it started (as of its last
         answer)."""
         self.restarts = 0
+        self.failures = [0] * len(self.groups)
+        """Failures of each process since its last successful step."""
         self.events: List[str] = []  # one line per restart
         self._spare_seeds = np.random.SeedSequence([self.seed, 1])  # for restarted games
         try:
@@ -413,10 +441,10 @@ class EnginePool:
             return f"exited with code {proc.exitcode}"
         return f"did not answer within {timeout:g} s (hung)"
 
-    def _store(self, w: int, current: Tuple[np.ndarray, np.ndarray, float]) -> None:
-        units, avail, self.cpu_s[w] = current
-        self.units[self.groups[w]] = units
-        self.avail[self.groups[w]] = avail
+    def _store(self, w: int, current: Tuple[np.ndarray, np.ndarray, np.ndarray, float]) -> None:
+        units, avail, sticky, self.cpu_s[w] = current
+        g = self.groups[w]
+        self.units[g], self.avail[g], self.sticky[g] = units, avail, sticky
 
     def _kill(self, w: int) -> None:
         worker = self.workers[w]
@@ -429,7 +457,9 @@ class EnginePool:
         self.workers[w] = None
 
     def _restart(self, w: int, why: str) -> None:
-        """Kill process ``w`` and start it again with freshly seeded games."""
+        """Kill process ``w`` and start it again with freshly seeded games, unless it has
+        failed ``max_restarts`` restarts without a successful step: then a
+        ``RuntimeError``."""
         group = self.groups[w]
         pid = self.workers[w].process.pid
         msg = (f"GRF engine process {w} (pid {pid}, environments {group[0]}-{group[-1]}) "
@@ -438,7 +468,13 @@ class EnginePool:
         self.events.append(msg.splitlines()[0])
         self._kill(w)
         seeds = np.zeros(self.num_envs, dtype=np.int64)
-        for tries in range(1, self.max_restarts + 1):
+        while True:
+            if self.failures[w] >= self.max_restarts:
+                raise RuntimeError(
+                    f"GRF engine process {w} failed {self.failures[w] + 1} times in a row "
+                    f"without a successful step ({self.failures[w]} restarts, the most "
+                    f"max_restarts allows); last failure: {why}")
+            self.failures[w] += 1
             children = self._spare_seeds.spawn(len(group))
             seeds[group] = [int(s.generate_state(1)[0]) for s in children]
             self.restarts += 1
@@ -446,9 +482,7 @@ class EnginePool:
                 self._start([w], seeds.tolist())
                 return
             except RuntimeError as e:
-                if tries == self.max_restarts:
-                    raise RuntimeError(f"GRF engine process {w} failed {tries} restarts in a "
-                                       f"row; last: {e}") from e
+                why = str(e)
                 log.warning("%s; trying again", e)
 
     def _exchange(self, cmd: str, args: Sequence[Any]) -> Tuple[Dict[int, Any], Dict[int, str]]:
@@ -488,16 +522,18 @@ class EnginePool:
         answers, failed = self._exchange("step", [actions[g] for g in self.groups])
         B = self.num_envs
         out = PoolStep(np.zeros_like(self.units), np.zeros_like(self.avail),
-                       np.zeros(B, np.float32), *(np.zeros(B, bool) for _ in range(5)))
+                       np.zeros_like(self.sticky), np.zeros(B, np.float32),
+                       *(np.zeros(B, bool) for _ in range(5)))
         for w, (last, current) in answers.items():
             g = self.groups[w]
-            for field, value in zip(out[:7], last):
+            for field, value in zip(out[:8], last):
                 field[g] = value
             self._store(w, current)
+            self.failures[w] = 0
         for w, why in failed.items():
             self._restart(w, why)
             g = self.groups[w]
-            out.units[g], out.avail[g] = self.units[g], self.avail[g]
+            out.units[g], out.avail[g], out.sticky[g] = self.units[g], self.avail[g], self.sticky[g]
             out.dropped[g] = True
         return out
 

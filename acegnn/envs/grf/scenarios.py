@@ -13,15 +13,17 @@ The scenarios of the paper (Experiment section, Appendix "GRF"):
   1-3) against a centre back and the keeper.
 * ``academy_counterattack_hard``: **the official ACE code's reduced copy**
   (``dizoo/gfootball/scenarios/academy_counterattack_hard.py`` of opendilab/ACE), which
-  is what the paper's curves were trained on: gfootball's file with the six defenders
-  and midfielders of the left team and eight right players commented out, leaving our
-  keeper and four attackers (left players 1-4) against the keeper and two centre backs.
+  is what the paper's curves were trained on, and CDS's too (the same layout in its
+  repository's ``CDS_GRF/data/academy_counterattack_hard.py``, 4 agents): gfootball's
+  file with the six defenders and midfielders of the left team and eight right players
+  commented out, leaving our keeper and four attackers (left players 1-4) against the keeper and two centre backs.
   Episode settings (400 frames, not deterministic, no offsides, ends on a score, out of
   play or a change of possession) and the ball's start are gfootball's.
-* ``academy_counterattack_hard_11v11``: gfootball's own file, 11 vs 11, with CDS's
-  agents: the four attackers (left players 7-10); our keeper and six defenders play by
-  the built-in AI and, like our keeper in the other scenarios, are not units of the
-  graph (they start, and stay, in our half, far from the play). Every right player is.
+* ``academy_counterattack_hard_11v11``: gfootball's own file, 11 vs 11, which neither
+  the paper nor CDS played, with the four attackers (left players 7-10) as the agents;
+  our keeper and six defenders play by the built-in AI and, like our keeper in the
+  other scenarios, are not units of the graph (they start, and stay, in our half, far
+  from the play). Every right player is.
 
 Coordinates are gfootball's: ``x`` in ``[-1, 1]`` (our goal at ``-1``), ``y`` in
 ``[-0.42, 0.42]``, growing downwards on the screen (action ``bottom`` raises ``y``). A
@@ -188,12 +190,13 @@ SCENARIOS: Dict[str, GRFScenario] = {
     "academy_counterattack_hard": GRFScenario(
         "academy_counterattack_hard", n_left=5, n_right=3, agents=(1, 2, 3, 4),
         layout=ACE_COUNTERATTACK_HARD,
-        note="the official ACE code's reduced copy: keeper and 4 attackers against keeper "
-             "and 2 centre backs"),
+        note="the official ACE code's and CDS's reduced copy: keeper and 4 attackers "
+             "against keeper and 2 centre backs"),
     "academy_counterattack_hard_11v11": GRFScenario(
         "academy_counterattack_hard_11v11", n_left=11, n_right=11, agents=(7, 8, 9, 10),
         level="academy_counterattack_hard",
-        note="gfootball's file, 11 vs 11; CDS's four attackers are the agents"),
+        note="gfootball's file, 11 vs 11 (not the paper's or CDS's); the four attackers "
+             "are the agents"),
 }
 
 

@@ -6,7 +6,9 @@ GRF" and the interaction-aware action embedding).
   A player's and an opponent's features: its unit id (a one-hot over its type's units:
   a GRF scenario never changes its counts), position ``(x, y)``, speed (its movement
   per step, times :data:`SPEED_SCALE`) and whether it owns the ball (gfootball's
-  ``ball_owned_team`` is its team and ``ball_owned_player`` is itself). The ball's:
+  ``ball_owned_team`` is its team and ``ball_owned_player`` is itself); with
+  ``sticky_features`` a player's also ends with its 10 ``sticky_actions`` flags (the
+  eight move directions, sprint, dribble; the official ACE code's features). The ball's:
   position ``(x, y, z)``, direction (movement per step, times :data:`SPEED_SCALE`) and
   which team owns it (two flags, ours and theirs).
 * **Edges**: every ordered pair of distinct units (eight relations between the three
@@ -17,9 +19,10 @@ GRF" and the interaction-aware action embedding).
   the batch switches the target on per state (``target_on``) where the player owns the
   ball, and off for everyone else. Availability: :mod:`acegnn.envs.grf.engine`.
 
-An observation, what replay stores, is two arrays per environment: ``units``
+An observation, what replay stores, is three arrays per environment: ``units``
 ``[n_agents + n_opponents + 1, 7]`` float (:data:`~acegnn.envs.grf.engine.UNIT_COLUMNS`:
-the agents, the opponents, the ball) and ``avail`` ``[n_agents, 19]`` bool.
+the agents, the opponents, the ball), ``avail`` ``[n_agents, 19]`` bool and ``sticky``
+``[n_agents, 10]`` float (:data:`~acegnn.envs.grf.engine.STICKY`).
 
 The rules (reward, ends, the half-court loss) are :mod:`acegnn.envs.grf.engine`'s; the
 engines run in processes that the task restarts when they crash or hang, marking the
@@ -37,7 +40,8 @@ from torch import Tensor
 from torch_geometric.data import Batch
 
 from acegnn.envs.base import EvalResult, Policy, Scene, Transition, VecTask, first_episodes
-from acegnn.envs.grf.engine import ACTIONS, MOVES, N_ACTIONS, UNIT_COLUMNS, EnginePool
+from acegnn.envs.grf.engine import (ACTIONS, MOVES, N_ACTIONS, REWARDS, STICKY, UNIT_COLUMNS,
+                                    EnginePool)
 from acegnn.envs.grf.scenarios import SCENARIOS, GRFScenario, get_scenario
 from acegnn.graph import ActionKind, DenseLayout, GraphSchema, dense_actions, full_edges, unit_index
 
@@ -55,11 +59,13 @@ MOVE_VECTORS = {"left": (-1, 0), "top_left": (-1, -1), "top": (0, -1), "top_righ
 
 
 @lru_cache(maxsize=None)
-def grf_schema(n_agents: int, n_opponents: int) -> GraphSchema:
+def grf_schema(n_agents: int, n_opponents: int, sticky: bool = False) -> GraphSchema:
     """The schema of a scenario with ``n_agents`` players and ``n_opponents`` opponents
-    (the unit-id one-hots make the widths depend on the counts)."""
+    (the unit-id one-hots make the widths depend on the counts); ``sticky``: the players'
+    features end with their sticky-action flags."""
+    player = n_agents + 5 + (len(STICKY) if sticky else 0)
     return GraphSchema(
-        node_types={"player": n_agents + 5, "opponent": n_opponents + 5, "ball": BALL_FEATURES},
+        node_types={"player": player, "opponent": n_opponents + 5, "ball": BALL_FEATURES},
         edge_types={et: EDGE_FEATURES for et in RELATIONS},
         agent_types=("player",),
         action_kinds=tuple(ActionKind(a, targeted=True) for a in ACTIONS),
@@ -79,15 +85,20 @@ def grf_layout(n_agents: int, n_opponents: int) -> DenseLayout:
     return DenseLayout(schema, counts, edges, actions)
 
 
-def grf_graphs(units: Tensor, avail: Tensor, n_agents: int) -> Batch:
+def grf_graphs(units: Tensor, avail: Tensor, n_agents: int,
+               sticky: Optional[Tensor] = None) -> Batch:
     """Graph batch of observations ``units`` ``[B, U, 7]`` and ``avail``
-    ``[B, n_agents, 19]`` (the opponents are the rows between the agents and the ball)."""
+    ``[B, n_agents, 19]`` (the opponents are the rows between the agents and the ball);
+    ``sticky`` ``[B, n_agents, 10]``, when given, ends the players' features."""
     if units.dim() != 3 or units.size(2) != len(UNIT_COLUMNS) or units.size(1) < n_agents + 2:
         raise ValueError(f"units must be [B, n_agents + n_opponents + 1, {len(UNIT_COLUMNS)}] "
                          f"with {n_agents} agents (got {tuple(units.shape)})")
     B, U, _ = units.shape
     if avail.shape != (B, n_agents, N_ACTIONS):
         raise ValueError(f"avail must be [{B}, {n_agents}, {N_ACTIONS}] (got {tuple(avail.shape)})")
+    if sticky is not None and sticky.shape != (B, n_agents, len(STICKY)):
+        raise ValueError(f"sticky must be [{B}, {n_agents}, {len(STICKY)}] "
+                         f"(got {tuple(sticky.shape)})")
     n_opp = U - n_agents - 1
     units = units.float()
     pos, speed, owns = units[..., 0:2], units[..., 3:5] * SPEED_SCALE, units[..., 6:7]
@@ -98,6 +109,8 @@ def grf_graphs(units: Tensor, avail: Tensor, n_agents: int) -> Batch:
         s = rows[t]
         ids = torch.eye(n, dtype=units.dtype, device=units.device).expand(B, n, n)
         x[t] = torch.cat([ids, pos[:, s], speed[:, s], owns[:, s]], dim=2)
+    if sticky is not None:
+        x["player"] = torch.cat([x["player"], sticky.to(units.dtype)], dim=2)
     ball = units[:, -1]
     team = ball[:, 6:7]
     x["ball"] = torch.cat([ball[:, 0:3], ball[:, 3:6] * SPEED_SCALE, (team == 0).to(units.dtype),
@@ -122,7 +135,7 @@ class GRFEval(EvalResult):
     win_rate: float
     """Fraction of episodes in which we scored."""
     mean_return: float
-    """Mean undiscounted return (+100 a goal, -1 any other end)."""
+    """Mean undiscounted return (+100 a goal, -1 a loss by the task's reward rule)."""
     mean_steps: float
     """Mean episode length; an episode cut at the time limit counts the limit."""
 
@@ -144,7 +157,13 @@ class GRFTask(VecTask):
             one per game). (default: :obj:`2`)
         time_limit (int, optional): Steps before an episode is cut. (default: :obj:`150`)
         goal_reward (float, optional): Reward of a goal. (default: :obj:`100.0`)
-        end_reward (float, optional): Reward of every other end. (default: :obj:`-1.0`)
+        end_reward (float, optional): Reward of a loss. (default: :obj:`-1.0`)
+        reward (str, optional): Which ends are losses: ``"paper"`` (back in our half)
+            or ``"cds"`` (every end but a goal). (default: :obj:`"paper"`)
+        time_limit_terminal (bool, optional): The time limit ends the episode
+            (terminated) rather than truncating it. (default: :obj:`True`)
+        sticky_features (bool, optional): The players' features end with their
+            sticky-action flags. (default: :obj:`False`)
         eval_envs (int, optional): Games that play the test episodes (in rounds), made
             at the first evaluation and kept. (default: :obj:`8`)
         step_timeout (float, optional): Seconds before an engine process that has not
@@ -155,20 +174,24 @@ class GRFTask(VecTask):
 
     def __init__(self, scenario: "str | GRFScenario" = "academy_3_vs_1_with_keeper",
                  num_envs: int = 8, seed: int = 0, num_workers: int = 2, time_limit: int = 150,
-                 goal_reward: float = 100.0, end_reward: float = -1.0, eval_envs: int = 8,
-                 step_timeout: float = 30.0, start_timeout: float = 120.0) -> None:
+                 goal_reward: float = 100.0, end_reward: float = -1.0, reward: str = "paper",
+                 time_limit_terminal: bool = True, sticky_features: bool = False,
+                 eval_envs: int = 8, step_timeout: float = 30.0,
+                 start_timeout: float = 120.0) -> None:
         self.spec = get_scenario(scenario)
         if isinstance(eval_envs, bool) or not isinstance(eval_envs, int) or eval_envs < 1:
             raise ValueError(f"eval_envs must be a positive integer (got {eval_envs!r})")
         self.num_envs, self.seed, self.time_limit = num_envs, seed, time_limit
-        self.eval_envs = eval_envs
+        self.eval_envs, self.sticky_features = eval_envs, bool(sticky_features)
         self._pool_args = dict(num_workers=num_workers, time_limit=time_limit,
-                               goal_reward=goal_reward, end_reward=end_reward,
+                               goal_reward=goal_reward, end_reward=end_reward, reward=reward,
+                               time_limit_terminal=time_limit_terminal,
                                step_timeout=step_timeout, start_timeout=start_timeout)
         self.n_agents = self.spec.n_agents
-        self.schema = grf_schema(self.n_agents, self.spec.n_right)
+        self.schema = grf_schema(self.n_agents, self.spec.n_right, self.sticky_features)
         self.obs_spec = {"units": ((self.spec.n_units, len(UNIT_COLUMNS)), torch.float32),
-                         "avail": ((self.n_agents, N_ACTIONS), torch.bool)}
+                         "avail": ((self.n_agents, N_ACTIONS), torch.bool),
+                         "sticky": ((self.n_agents, len(STICKY)), torch.float32)}
         self._eval: Optional[Tuple[int, int, GRFTask]] = None  # (seed, games, task)
         self.pool = EnginePool(self.spec, num_envs, seed=seed, **self._pool_args)
 
@@ -178,7 +201,8 @@ class GRFTask(VecTask):
 
     def observe(self) -> Dict[str, Tensor]:
         return {"units": torch.from_numpy(self.pool.units.copy()),
-                "avail": torch.from_numpy(self.pool.avail.copy())}
+                "avail": torch.from_numpy(self.pool.avail.copy()),
+                "sticky": torch.from_numpy(self.pool.sticky.copy())}
 
     def _check_actions(self, actions: Tensor) -> Tensor:
         if tuple(actions.shape) != (self.num_envs, self.n_agents):
@@ -200,12 +224,14 @@ class GRFTask(VecTask):
         return Transition(
             reward=torch.from_numpy(out.reward), terminated=torch.from_numpy(out.terminated),
             truncated=torch.from_numpy(out.truncated),
-            next_obs={"units": torch.from_numpy(out.units), "avail": torch.from_numpy(out.avail)},
+            next_obs={"units": torch.from_numpy(out.units), "avail": torch.from_numpy(out.avail),
+                      "sticky": torch.from_numpy(out.sticky)},
             dropped=torch.from_numpy(out.dropped),
             info={"won": torch.from_numpy(out.won), "half_court": torch.from_numpy(out.half_court)})
 
     def graphs(self, obs: Dict[str, Tensor]) -> Batch:
-        return grf_graphs(obs["units"], obs["avail"], self.n_agents)
+        return grf_graphs(obs["units"], obs["avail"], self.n_agents,
+                          obs["sticky"] if self.sticky_features else None)
 
     def restart(self, seed: int) -> None:
         """A new episode in every game, drawn from ``seed`` (the same seed, the same
@@ -220,7 +246,8 @@ class GRFTask(VecTask):
         if self._eval is not None:
             self._eval[2].close()
             self._eval = None
-        test = GRFTask(self.spec, games, seed, eval_envs=self.eval_envs, **self._pool_args)
+        test = GRFTask(self.spec, games, seed, sticky_features=self.sticky_features,
+                       eval_envs=self.eval_envs, **self._pool_args)
         self._eval = (seed, games, test)
         return test
 
@@ -295,11 +322,20 @@ class GRFConfig:
     """Engine processes the games are split over (the engines step in parallel); at most
     one per game is started."""
     time_limit: int = 150
-    """Steps before an episode is cut (truncated, with the end reward)."""
+    """Steps before an episode is cut (paper, CDS and official code: 150)."""
+    time_limit_terminal: bool = True
+    """The cut ends the episode, no bootstrap (the official code's and CDS's); false: it
+    is truncated and the learner bootstraps from the last state."""
+    reward: str = "paper"
+    """Which ends pay end_reward: paper (only the ball or an agent back in our half; every
+    other end 0) or cds (every end but a goal, the time limit included)."""
     goal_reward: float = 100.0
-    """Reward of a goal (CDS)."""
+    """Reward of a goal (paper: +100)."""
     end_reward: float = -1.0
-    """Reward of every other end: the ball out, lost, back in our half, the time limit."""
+    """Reward of a loss (paper: -1)."""
+    sticky_features: bool = False
+    """Each player's features end with its 10 sticky-action flags (the official code's;
+    not in the paper's feature table)."""
     eval_envs: int = 8
     """Games that play the test episodes, in rounds (made at the first evaluation)."""
     step_timeout: float = 30.0
@@ -315,6 +351,8 @@ class GRFConfig:
             value = getattr(self, key)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"env.{key} must be a positive integer (got {value!r})")
+        if self.reward not in REWARDS:
+            raise ValueError(f"env.reward must be one of {list(REWARDS)} (got {self.reward!r})")
         for key in ("step_timeout", "start_timeout"):
             if not getattr(self, key) > 0:
                 raise ValueError(f"env.{key} must be positive seconds (got {getattr(self, key)!r})")
@@ -324,5 +362,6 @@ class GRFConfig:
 
     def make(self, seed: int) -> GRFTask:
         return GRFTask(self.scenario, self.num_envs, seed, self.num_workers, self.time_limit,
-                       self.goal_reward, self.end_reward, self.eval_envs, self.step_timeout,
+                       self.goal_reward, self.end_reward, self.reward, self.time_limit_terminal,
+                       self.sticky_features, self.eval_envs, self.step_timeout,
                        self.start_timeout)
