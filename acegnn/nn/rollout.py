@@ -281,7 +281,7 @@ def sequential_rollout(
         given_pool = pooled(given)
 
     messages = message_table(enc)
-    succ = SuccessorValues(net.value_head, enc.units, idx, messages)
+    succ = SuccessorValues(net.value_head, enc.units, idx, messages, lazy=values == "chosen")
     succ_logit = None if logit_head is None else \
         SuccessorValues(logit_head, enc.units, idx, messages)
     logits_by_step = []

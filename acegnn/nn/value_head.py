@@ -152,45 +152,62 @@ class ValueHead(nn.Module):
         new = self.unit_hidden(torch.cat([rows.actor_emb, rows.target_emb[has_t]]))
         h_t = new.new_zeros(C, self.hidden)
         h_t[has_t] = new[C:]
-        return self.hidden_values(base, index, graph, rows.actor, new[:C], rows.target, h_t, has_t)
+        return self.hidden_values(base, index, graph, rows.actor, new[:C].unsqueeze(1),
+                                  rows.target.unsqueeze(1), h_t.unsqueeze(1),
+                                  has_t.unsqueeze(1)).squeeze(1)
 
     def hidden_values(self, base: PoolBase, index: UnitIndex, graph: Tensor, actor: Tensor,
                       h_actor: Tensor, target: Tensor, h_target: Tensor,
                       has_target: Tensor) -> Tensor:
-        """:meth:`candidate_values` from the new hidden rows of the changed units: the
-        actor's ``h_actor`` ``[C, H]`` at flat row ``actor`` ``[C]``, and where
-        ``has_target`` ``[C]`` the target's ``h_target`` at row ``target`` (any valid row
-        elsewhere)."""
-        C = graph.numel()
+        """:meth:`candidate_values` from the new hidden rows of the changed units, for
+        ``c`` actors with ``S`` candidates each: the actor's new rows ``h_actor``
+        ``[c, S, H]`` at flat row ``actor`` ``[c]`` (of graph ``graph`` ``[c]``), and,
+        where ``has_target`` ``[c, S]``, the target's ``h_target`` ``[c, S, H]`` at row
+        ``target`` ``[c, S]`` (any valid row elsewhere). Returns ``[c, S]``.
+
+        What does not depend on the candidate (the pooled rest of the graph without the
+        actor) is computed once per actor."""
+        c, S, H = h_actor.shape
         has_t, h_a, h_t = has_target, h_actor, h_target
+        alive = index.unit_alive
         pool_t = has_t
-        old_a = base.hidden[actor]
-        if index.unit_alive is not None:
-            pool_a = index.unit_alive[actor].unsqueeze(-1)
-            pool_t = has_t & index.unit_alive[target]
-            h_a_sum, old_a = h_a * pool_a.to(h_a.dtype), old_a * pool_a.to(h_a.dtype)
-            h_a_max = h_a.masked_fill(~pool_a, float("-inf"))
+        old_a = base.hidden[actor]  # [c, H]
+        if alive is not None:
+            pool_a = alive[actor].unsqueeze(-1)  # [c, 1]
+            pool_t = has_t & alive[target]
+            h_a_sum, old_a = h_a * pool_a.unsqueeze(1).to(h_a.dtype), old_a * pool_a.to(h_a.dtype)
+            h_a_max = h_a.masked_fill(~pool_a.unsqueeze(1), float("-inf"))
         else:
             h_a_sum = h_a_max = h_a
-        old_t = base.hidden[target] * pool_t.unsqueeze(-1).to(h_a.dtype)
-        h_t_sum = h_t * pool_t.unsqueeze(-1).to(h_a.dtype)
+        keep_t = pool_t.unsqueeze(-1)  # [c, S, 1]
+        old_t = base.hidden[target] * keep_t.to(h_a.dtype)  # [c, S, H]
+        h_t_sum = h_t * keep_t.to(h_a.dtype)
         pooled = []
         for r in self.reduces:
             if r in ("sum", "mean"):
-                total = base.total[graph] - old_a + h_a_sum - old_t + h_t_sum
+                rest = (base.total[graph] - old_a).unsqueeze(1)  # [c, 1, H]
+                total = rest + h_a_sum - old_t + h_t_sum
                 if r == "mean":
-                    total = total / base.count[graph].clamp(min=1).unsqueeze(-1).to(total.dtype)
+                    count = base.count[graph].clamp(min=1).view(c, 1, 1).to(total.dtype)
+                    total = total / count
                 pooled.append(total)
             else:
-                start = index.unit_ptr[graph]
-                pos_a = (actor - start).view(C, 1, 1)
-                pos_t = torch.where(has_t, target - start, torch.full_like(start, -1)).view(C, 1, 1)
-                top, top_pos = base.top[graph], base.top_pos[graph]  # [C, k, H]
-                keep = (top_pos != pos_a) & (top_pos != pos_t)
-                rest = torch.where(keep, top, torch.full_like(top, float("-inf"))).amax(dim=1)
-                h_t_max = torch.where(pool_t.unsqueeze(-1), h_t, torch.full_like(h_t, float("-inf")))
+                start = index.unit_ptr[graph]  # [c]
+                top, top_pos = base.top[graph], base.top_pos[graph]  # [c, k, H]
+                # the graph's largest values per feature without the actor's row ...
+                top = top.masked_fill(top_pos == (actor - start).view(c, 1, 1), float("-inf"))
+                if top.size(1) > 1:
+                    first, which = top.topk(2, dim=1)  # [c, 2, H]
+                    at = top_pos.gather(1, which)
+                    # ... and without the target's: the second largest where it is the first
+                    pos_t = torch.where(has_t, target - start.unsqueeze(1),
+                                        torch.full_like(target, -1)).unsqueeze(-1)  # [c, S, 1]
+                    rest = torch.where(at[:, :1] == pos_t, first[:, 1:], first[:, :1])
+                else:  # one unit per graph: the actor's own row
+                    rest = top.expand(c, S, H)
+                h_t_max = torch.where(keep_t, h_t, torch.full_like(h_t, float("-inf")))
                 best = torch.maximum(torch.maximum(rest, h_a_max), h_t_max)
-                pooled.append(best if index.unit_alive is None else _no_unit_to_zero(best))
+                pooled.append(best if alive is None else _no_unit_to_zero(best))
         return self.out(torch.cat(pooled, dim=-1)).squeeze(-1)
 
     def __repr__(self) -> str:
@@ -222,6 +239,9 @@ class SuccessorValues:
         index (UnitIndex): The batch's indexing.
         messages (Tensor): ``[M, H]`` every message a candidate may add (the rows of
             :func:`acegnn.nn.se_state.message_table`).
+        lazy (bool, optional): Transform only the messages each :meth:`values` call
+            reads, when it reads them, instead of every message once: cheaper when few
+            candidates are valued (the chosen ones only). (default: :obj:`False`)
 
     Shapes (of :meth:`values`, ``c`` agents with ``S`` candidates each):
         - **read, write, msg, pool:** ``[c, 2, S]``: per candidate its actor (``[:, 0]``)
@@ -232,12 +252,14 @@ class SuccessorValues:
         - **output:** ``[c, S]``.
     """
 
-    def __init__(self, head: ValueHead, units: Tensor, index: UnitIndex, messages: Tensor) -> None:
+    def __init__(self, head: ValueHead, units: Tensor, index: UnitIndex, messages: Tensor,
+                 lazy: bool = False) -> None:
         self.head, self.index = head, index
         self.pre = head.pre_hidden(torch.cat([units, units.new_zeros(1, units.size(1))]))
-        self.msg = head.message_pre(messages)
-        self.inplace = not (torch.is_grad_enabled() and (self.pre.requires_grad
-                                                         or self.msg.requires_grad))
+        self.messages, self.lazy = messages, lazy
+        self.msg = None if lazy else head.message_pre(messages)
+        self.inplace = not (torch.is_grad_enabled() and (
+            self.pre.requires_grad or (messages if lazy else self.msg).requires_grad))
         self.scalar = head.linear_readout
         h = head.hidden_of_pre(self.pre)
         B, U, alive = index.num_graphs, index.num_units, index.unit_alive
@@ -256,6 +278,12 @@ class SuccessorValues:
             self.hidden = h
         self._last = None
 
+    def _message_pre(self, rows: Tensor) -> Tensor:
+        """``W m`` of the messages ``rows`` ``[K] -> [K, H]``."""
+        if self.lazy:
+            return self.head.message_pre(self.messages.index_select(0, rows))
+        return self.msg.index_select(0, rows)
+
     def _put(self, t: Tensor, rows: Tensor, new: Tensor) -> Tensor:
         return t.index_copy_(0, rows, new) if self.inplace else t.index_copy(0, rows, new)
 
@@ -266,10 +294,10 @@ class SuccessorValues:
         c, _, S = read.shape
         H = self.pre.size(1)
         rows = read.reshape(-1)
-        pre = self.pre.index_select(0, rows).add_(self.msg.index_select(0, msg.reshape(-1)))
+        pre = self.pre.index_select(0, rows).add_(self._message_pre(msg.reshape(-1)))
         pre = pre.view(c, 2, S, H)
         if extra is not None:
-            pre[:, 0] += self.msg.index_select(0, extra.reshape(-1)).view(c, S, H)
+            pre[:, 0] += self._message_pre(extra.reshape(-1)).view(c, S, H)
         h = self.head.hidden_of_pre(pre)
         if self.scalar:
             score = h.matmul(self.head.out[0].weight[0])  # [c, 2, S]
@@ -281,12 +309,11 @@ class SuccessorValues:
             return total.add_(self.bias)
         index = self.index
         base = self.head.pool_base(None, index, self.hidden[:index.num_units])
-        both = read.transpose(0, 1).reshape(2, -1)
-        v = self.head.hidden_values(base, index, graph.repeat_interleave(S), both[0],
-                                    h[:, 0].reshape(-1, H), both[1], h[:, 1].reshape(-1, H),
-                                    write[:, 1].reshape(-1) != index.num_units)
+        # every candidate of an agent has the agent as its actor (padding repeats one)
+        v = self.head.hidden_values(base, index, graph, read[:, 0, 0], h[:, 0], read[:, 1],
+                                    h[:, 1], write[:, 1] != index.num_units)
         self._last = (pre, h, None, write, graph)
-        return v.view(c, S)
+        return v
 
     def advance(self, col: Tensor) -> None:
         """Move every acting agent's SE-state to its successor in column ``col`` ``[c]``
