@@ -216,7 +216,8 @@ def test_bench_spiders_keeps_the_records_of_finished_runs_when_one_fails(tmp_pat
 def test_study_reports_median_and_quartiles(tmp_path):
     """The study's table and plot from saved records (no training): the median and the
     25-75% percentiles of the win rate over seeds at each evaluation, curves cut to the
-    evaluations every seed reached, the wall-clock projected to 2M steps, and SMAX and
+    evaluations every seed reached, the wall-clock projected to the paper's budget (10M
+    steps on SMAC, 4M on football's 3 vs 1), and SMAX and
     football records kept apart (a record without ``env`` is SMAX's)."""
     def rec(variant, seed, rates, wall, **env):
         return {"variant": variant, "scenario": "5m_vs_6m", "seed": seed, "run_dir": "x",
@@ -231,11 +232,12 @@ def test_study_reports_median_and_quartiles(tmp_path):
     run(["scripts/study.py", "--records", str(path), "--markdown", str(md), "--plot", str(png)])
     table = md.read_text()
     # ACE at its second evaluation (seed 2's third is cut): rates 0, 0.5, 1 -> 0.50 (0.25-0.75);
-    # median rate 20 env steps/s -> 2M steps in 100,000 s = 27.8 h
-    assert "| ACE | 5m_vs_6m | 3 | 2,000 | 0.50 (0.25-0.75) | 20 | 0.03 h | 27.8 h |" in table
-    assert "| QMIX-SHARED | 5m_vs_6m | 1 | 2,000 | 0.12 (0.12-0.12) | 40 | 0.01 h | 13.9 h |" in table
+    # median rate 20 env steps/s -> 10M steps in 500,000 s = 138.9 h
+    assert "| ACE | 5m_vs_6m | 3 | 2,000 | 0.50 (0.25-0.75) | 20 | 0.03 h | 138.9 h (10M) |" in table
+    assert "| QMIX-SHARED | 5m_vs_6m | 1 | 2,000 | 0.12 (0.12-0.12) | 40 | 0.01 h | 69.4 h (10M) |" \
+        in table
     assert ("| ACE | academy_3_vs_1_with_keeper | 1 | 2,000 | 0.88 (0.88-0.88) | 200 | 0.00 h "
-            "| 2.8 h |") in table
+            "| 5.6 h (4M) |") in table
     assert png.stat().st_size > 1000
 
 
