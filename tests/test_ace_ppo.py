@@ -398,8 +398,10 @@ def test_off_policy_keys_are_refused(tmp_path, capsys):
 
 
 def logged(path):
-    """A run's CSV rows without the wall-clock rate."""
-    return [{k: v for k, v in row.items() if k != "env_steps_per_s"} for row in read_csv(path)]
+    """A run's CSV rows without the wall-clock columns."""
+    from acegnn.algos.trainer import WALL_CLOCK_COLUMNS
+
+    return [{k: v for k, v in row.items() if k not in WALL_CLOCK_COLUMNS} for row in read_csv(path)]
 
 
 def test_train_then_resume_gives_the_same_run(tmp_path):

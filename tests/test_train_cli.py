@@ -7,6 +7,7 @@ import os
 import pytest
 import torch
 
+from acegnn.algos.trainer import WALL_CLOCK_COLUMNS
 from acegnn.cli import main
 from acegnn.config import load_config
 
@@ -22,7 +23,7 @@ def train(tmp_path, name, *extra):
     return main(["train", CONFIG, *TINY, f"run.dir={tmp_path}", f"run.name={name}", *extra])
 
 
-def read_csv(path, drop=("env_steps_per_s",)):
+def read_csv(path, drop=WALL_CLOCK_COLUMNS):
     with open(path, newline="") as f:
         return [{k: v for k, v in row.items() if k not in drop} for row in csv.DictReader(f)]
 
@@ -70,6 +71,23 @@ def test_smoke_run_writes_logs_and_checkpoint(tmp_path, capsys):
     assert {**res["evaluation"].metrics(), **res["exact"].metrics()} == {
         k: v for k, v in out.items() if k not in ("checkpoint", "samples")}
     assert type(res["evaluation"]).__name__ == "SpidersFlyEval"
+
+
+def test_a_run_says_where_its_time_went(tmp_path, capsys):
+    assert train(tmp_path, "a", "train.checkpoint_every=512") == 0
+    captured = capsys.readouterr()
+    summary = json.loads(captured.out.strip().splitlines()[-1])
+    rows = read_csv(tmp_path / "a" / "train.csv", drop=())
+    for part in ("collect", "learn", "eval", "checkpoint"):
+        per_round = [float(r[f"{part}_s"]) for r in rows]
+        assert all(t >= 0 for t in per_round)
+        assert summary[f"time_{part}_s"] == pytest.approx(sum(per_round), rel=1e-6, abs=1e-9)
+    # evaluations every 512 samples and checkpoints every 512: 3 rounds of 6 hold each
+    assert sum(float(r["eval_s"]) > 0.001 for r in rows) == 3
+    assert sum(float(r["checkpoint_s"]) > 0.001 for r in rows) == 3
+    assert all(float(r["learn_s"]) > 0 for r in rows)
+    line = [ln for ln in captured.err.splitlines() if ln.startswith("time of this session")]
+    assert len(line) == 1 and "collect" in line[0] and "%" in line[0]
 
 
 def test_same_seed_same_logs(tmp_path):

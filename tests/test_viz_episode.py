@@ -4,7 +4,7 @@ import os
 
 import pytest
 
-from acegnn.algos.trainer import greedy
+from acegnn.algos.trainer import WALL_CLOCK_COLUMNS, greedy
 from acegnn.cli import main
 from acegnn.config import load_config, make_learner, make_task
 from acegnn.envs import first_episodes
@@ -47,7 +47,8 @@ def read_csv(path):
     import csv
 
     with open(path, newline="") as f:
-        return [{k: v for k, v in r.items() if k != "env_steps_per_s"} for r in csv.DictReader(f)]
+        return [{k: v for k, v in r.items() if k not in WALL_CLOCK_COLUMNS}
+                for r in csv.DictReader(f)]
 
 
 def test_acegnn_viz_writes_an_animation_and_a_page_per_episode(tmp_path, capsys):

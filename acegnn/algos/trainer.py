@@ -153,6 +153,20 @@ def greedy(learner: Learner, seed: int) -> Policy:
     return lambda g: learner.act(g, 0.0, gen)
 
 
+#: Where a round's time goes: ``train.csv`` has a column ``<part>_s`` for each (the
+#: evaluation includes the hooks called after it), and a run ends with their totals.
+TIME_PARTS = ("collect", "learn", "eval", "checkpoint")
+#: The columns of ``train.csv`` that measure wall-clock, not learning: they differ
+#: between two runs that learn exactly alike.
+WALL_CLOCK_COLUMNS = ("env_steps_per_s", *(f"{part}_s" for part in TIME_PARTS))
+
+
+def time_report(spent: Dict[str, float], wall: float) -> str:
+    """One line: each part's seconds and share of ``wall`` (the rest: logging, start-up)."""
+    parts = ", ".join(f"{part} {s:.0f} s ({s / max(wall, 1e-9):.0%})" for part, s in spent.items())
+    return f"time of this session: {wall:.0f} s: {parts}"
+
+
 class Halted(Exception):
     """Raised by ``train.halt_after`` to simulate a killed run."""
 
@@ -326,6 +340,7 @@ class TrainingLoop(abc.ABC):
         last_ckpt = self.samples
         if self.samples_to_success == self.samples and not os.path.exists(self.success_path):
             self.save(self.success_path)  # a run stopped at success, resumed to train further
+        spent = dict.fromkeys(TIME_PARTS, 0.0)  # this session's seconds per part
         try:
             while not self._stopped():
                 before = self.samples
@@ -333,9 +348,9 @@ class TrainingLoop(abc.ABC):
                 metrics = self.collect()
                 t1 = time.perf_counter()
                 metrics.update(self.learn())
+                t2 = time.perf_counter()
                 metrics["env_steps_per_s"] = (self.samples - before) / max(t1 - t0, 1e-9)
                 metrics["updates"] = self.updates
-                self.logger.log("train", self.samples, metrics)
                 row: Dict[str, float] = {}
                 if crossed(before, self.samples, cfg.eval_every):
                     result = self.evaluate()
@@ -351,12 +366,18 @@ class TrainingLoop(abc.ABC):
                     row = {**row, **self.exact_evaluate().metrics()}
                 if row:
                     self.logger.log("eval", self.samples, row)
+                t3 = time.perf_counter()
                 if bar is not None:
                     bar.update(self.samples - before)
                     bar.set_postfix(self._postfix(metrics), refresh=False)
                 if cfg.checkpoint_every and self.samples - last_ckpt >= cfg.checkpoint_every:
                     self.save()
                     last_ckpt = self.samples
+                t4 = time.perf_counter()
+                for part, s in zip(TIME_PARTS, (t1 - t0, t2 - t1, t3 - t2, t4 - t3)):
+                    metrics[f"{part}_s"] = s
+                    spent[part] += s
+                self.logger.log("train", self.samples, metrics)
                 if cfg.halt_after and self.samples >= cfg.halt_after:
                     raise Halted(f"halted after {self.samples} samples (train.halt_after)")
             self.save()
@@ -370,11 +391,13 @@ class TrainingLoop(abc.ABC):
             self.logger.close()
         wall = time.perf_counter() - start
         collected = self.samples - start_samples
+        print(time_report(spent, wall), file=sys.stderr)
         return {"samples": self.samples, "updates": self.updates,
                 "samples_to_success": self.samples_to_success, "wall_s": self.elapsed(),
                 "wall_to_success_s": self.wall_to_success,
                 # this session's rate; None when it collected nothing (a finished run resumed)
                 "env_steps_per_s": collected / max(wall, 1e-9) if collected else None,
+                **{f"time_{part}_s": s for part, s in spent.items()},
                 **{f"eval_{k}": v for k, v in self.last_eval.items()}}
 
 
