@@ -60,6 +60,7 @@ from acegnn.graph.schema import GraphSchema
 from acegnn.nn.ace import ACENetwork, ModelConfig
 from acegnn.nn.init import init_relu_layers
 from acegnn.nn.rollout import Rollout
+from acegnn.nn.se_state import apply_actions
 from acegnn.nn.selectors import EpsilonGreedy, Forced
 
 ORDERS = ("default", "random", "sorted")
@@ -254,16 +255,16 @@ class ACEDQN(QLearner):
         or the ``n``-step one with :math:`s'` the state after ``m`` steps).
         A state :math:`s'` without agents bootstraps from :math:`V'` of the bare state."""
         cfg = self.cfg
-        if cfg.double_q:
+        if cfg.double_q:  # the online decision's final SE-state, valued by V'
             greedy = self.net.rollout(next_graphs, order=cfg.order, generator=generator,
                                       check=check)
-            final = self.target_net.rollout(next_graphs, order=greedy.rank,
-                                            selector=Forced(greedy.actions), check=False,
-                                            values="chosen")
+            enc = self.target_net.encode(next_graphs, check=False)
+            final_units = apply_actions(enc.units, enc, greedy.action_ids[greedy.action_ids >= 0])
         else:
             final = self.target_net.rollout(next_graphs, order=cfg.order, generator=generator,
                                             check=check)
-        boot = self.target_net.value(final.final_units, final.encoded)  # [num_graphs]
+            enc, final_units = final.encoded, final.final_units
+        boot = self.target_net.value(final_units, enc)  # [num_graphs]
         return reward + discount * boot
 
     def aux_loss(self, online: Rollout, graphs: Batch, next_graphs: Batch) -> Tensor:
