@@ -80,6 +80,25 @@ PAPER_STEPS = {"smax": 10_000_000, ("smax", "2c_vs_64zg"): 2_000_000,
                "grf": 4_000_000, ("grf", "academy_counterattack_hard"): 10_000_000}
 
 
+#: The paper's ACE curves where this machine can reach them, as (environment steps, mean
+#: test win rate over 5 seeds), read by eye off the official repository's img/GRF.png
+#: (one point per evaluation of the figure, about every 50k steps; +-1% and +-3k steps).
+PAPER_CURVES = {
+    ("grf", "academy_3_vs_1_with_keeper"): (
+        (19_000, 0.05), (80_000, 0.16), (135_000, 0.50), (185_000, 0.45), (235_000, 0.47),
+        (276_000, 0.47), (326_000, 0.53), (373_000, 0.44), (425_000, 0.42), (475_000, 0.57)),
+}
+
+
+def paper_at(env: str, scenario: str, steps: float) -> float:
+    """The paper's curve at ``steps``, linear between its points (NaN outside them)."""
+    pts = PAPER_CURVES.get((env, scenario), ())
+    for (x0, y0), (x1, y1) in zip(pts, pts[1:]):
+        if x0 <= steps <= x1:
+            return y0 + (y1 - y0) * (steps - x0) / (x1 - x0)
+    return float("nan")
+
+
 def paper_steps(env: str, scenario: str) -> int:
     """The paper's environment steps for a scenario (:data:`PAPER_STEPS`)."""
     return PAPER_STEPS.get((env, scenario), PAPER_STEPS[env])
@@ -111,6 +130,55 @@ def _key(record: dict) -> tuple:
     return record.get("env", "smax"), record["variant"], record["scenario"]
 
 
+def records_of_eval_csv(paths: List[str], env: str) -> List[dict]:
+    """Records of runs from their ``eval.csv`` files, each named
+    ``<variant>_<scenario>_seed<seed>.csv`` (as committed under docs/); the wall-clock is
+    not known there (NaN)."""
+    out = []
+    for path in paths:
+        name = os.path.basename(path)[:-len(".csv")]
+        head, _, seed = name.rpartition("_seed")
+        variant = next((v for v in sorted(VARIANTS[env], key=len, reverse=True)
+                        if head.startswith(v + "_")), None)
+        if variant is None or not seed.isdigit():
+            raise ValueError(f"{path}: name it <variant>_<scenario>_seed<seed>.csv with a "
+                             f"variant of --env {env} ({', '.join(VARIANTS[env])})")
+        curve = [(r["samples"], r["win_rate"]) for r in read_csv(path) if "win_rate" in r]
+        out.append({"env": env, "variant": variant, "scenario": head[len(variant) + 1:],
+                    "seed": int(seed), "run_dir": path, "samples": curve[-1][0] if curve else 0,
+                    "wall_s": float("nan"), "env_steps_per_s": float("nan"), "curve": curve})
+    return out
+
+
+def mean_at(records: List[dict], at: List[int], window: int) -> str:
+    """Mean and standard deviation over seeds (the paper's GRF protocol) of the test win
+    rate at each of ``at``: per seed the mean of its evaluations within ``window`` steps
+    either side; beside it the paper's curve there."""
+    groups: Dict[tuple, List[dict]] = {}
+    for r in records:
+        groups.setdefault(_key(r), []).append(r)
+    head = " | ".join(f"{x / 1000:g}k" for x in at)
+    lines = [f"| variant | scenario | seeds | {head} |", "|---|---|---|" + "---|" * len(at)]
+    for (env, variant, scenario), runs in sorted(groups.items()):
+        cells = []
+        for x in at:
+            per_seed = [statistics.mean(v for s, v in r["curve"] if abs(s - x) <= window)
+                        for r in runs if any(abs(s - x) <= window for s, _ in r["curve"])]
+            if not per_seed:
+                cells.append("")
+                continue
+            sd = statistics.stdev(per_seed) if len(per_seed) > 1 else 0.0
+            cells.append(f"{statistics.mean(per_seed):.2f} +- {sd:.2f} ({len(per_seed)})")
+        lines.append(f"| {VARIANTS[env][variant][2]} | {scenario} | {len(runs)} | "
+                     + " | ".join(cells) + " |")
+        paper = [paper_at(env, scenario, x) for x in at]
+        if (env, scenario) in PAPER_CURVES and not any(ln.startswith(f"| paper's ACE | {scenario}")
+                                                        for ln in lines):
+            lines.append(f"| paper's ACE | {scenario} | 5 | "
+                         + " | ".join("" if p != p else f"{p:.2f}" for p in paper) + " |")
+    return "\n".join(lines) + "\n"
+
+
 def curves(records: List[dict]) -> Dict[tuple, List[tuple]]:
     """(env, variant, scenario) -> [(median samples, median, p25, p75)] per evaluation
     index, over the seeds that reached it."""
@@ -134,10 +202,11 @@ def table(records: List[dict]) -> str:
         rate = statistics.median(r["env_steps_per_s"] for r in runs)
         wall = statistics.median(r["wall_s"] for r in runs)
         final = pts[-1] if pts else (0, float("nan"), float("nan"), float("nan"))
+        clock = "| - | - | - |" if rate != rate else (  # records of eval.csv files: no clock
+            f"| {rate:,.0f} | {wall / 3600:.2f} h | {paper_steps(env, scenario) / rate / 3600:.1f} h "
+            f"({paper_steps(env, scenario) / 1e6:g}M) |")
         lines.append(f"| {VARIANTS[env][variant][2]} | {scenario} | {len(runs)} | {final[0]:,.0f} | "
-                     f"{final[1]:.2f} ({final[2]:.2f}-{final[3]:.2f}) | {rate:,.0f} | "
-                     f"{wall / 3600:.2f} h | {paper_steps(env, scenario) / rate / 3600:.1f} h "
-                     f"({paper_steps(env, scenario) / 1e6:g}M) |")
+                     f"{final[1]:.2f} ({final[2]:.2f}-{final[3]:.2f}) {clock}")
     return "\n".join(lines) + "\n"
 
 
@@ -157,6 +226,9 @@ def plot(records: List[dict], path: str) -> None:
             x = [p[0] for p in pts]
             ax.plot(x, [p[1] for p in pts], color=f"C{k}", label=label)
             ax.fill_between(x, [p[2] for p in pts], [p[3] for p in pts], color=f"C{k}", alpha=0.2)
+        paper = PAPER_CURVES.get((env, scenario))
+        if paper:
+            ax.plot(*zip(*paper), "ko--", ms=4, lw=1, label="paper's ACE (mean of 5 seeds)")
         ax.set_title(f"{TITLES[env]} {scenario}")
         ax.set_xlabel("environment steps")
         ax.set_ylabel("test win rate (median, 25-75%)")
@@ -192,6 +264,15 @@ def main(argv=None) -> None:
     p.add_argument("--run-dir", help="parent of the run directories (default: runs/ENV)")
     p.add_argument("--json", help="write the records (curves included) here")
     p.add_argument("--records", nargs="+", metavar="JSON", help="train nothing: report these records")
+    p.add_argument("--eval-csv", nargs="+", metavar="CSV",
+                   help="train nothing: report these eval.csv files, named "
+                        "<variant>_<scenario>_seed<seed>.csv")
+    p.add_argument("--at", nargs="+", type=int, metavar="STEPS",
+                   help="also tabulate the mean and standard deviation over seeds at these "
+                        "environment steps, beside the paper's curve")
+    p.add_argument("--window", type=int, default=10_000,
+                   help="with --at: a seed's figure is the mean of its evaluations within "
+                        "this many steps either side (default: 10000)")
     p.add_argument("--markdown", help="write the table here")
     p.add_argument("--plot", help="plot the learning curves to this image file")
     p.add_argument("--transfer", metavar="RUN", help="evaluate RUN's checkpoint on --maps instead")
@@ -215,8 +296,9 @@ def main(argv=None) -> None:
         return
     t0 = time.perf_counter()
     failed: List[str] = []
-    if ns.records:
-        records = [r for path in ns.records for r in json.load(open(path))]
+    if ns.records or ns.eval_csv:
+        records = [r for path in ns.records or () for r in json.load(open(path))]
+        records += records_of_eval_csv(ns.eval_csv or [], ns.env)
     else:
         jobs = [(v, s, seed) for v in ns.variants for s in ns.scenarios for seed in ns.seeds]
         records, failed = [], []
@@ -231,13 +313,15 @@ def main(argv=None) -> None:
             write_text(ns.json, json.dumps(sorted(records, key=lambda r: (*_key(r),
                                                                           r["seed"])), indent=1))
     text = table(records)
+    if ns.at:
+        text += "\n" + mean_at(records, ns.at, ns.window)
     if ns.markdown:
         write_text(ns.markdown, text)
     if ns.plot:
         plot(records, ns.plot)
     print(text)
     print(f"study wall-clock {time.perf_counter() - t0:.0f} s", file=sys.stderr)
-    if not ns.records and failed:
+    if not (ns.records or ns.eval_csv) and failed:
         sys.exit("failed runs (rerun the same command to resume them):\n" + "\n".join(failed))
 
 

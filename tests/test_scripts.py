@@ -241,6 +241,36 @@ def test_study_reports_median_and_quartiles(tmp_path):
     assert png.stat().st_size > 1000
 
 
+def test_study_tabulates_eval_csv_files_beside_the_papers_curve(tmp_path):
+    """Football's protocol from committed eval.csv files: the mean and standard deviation
+    over seeds at given steps (a seed's evaluations within the window averaged), and the
+    paper's curve interpolated there."""
+    rows = {0: [(10_000, 0.0), (20_000, 0.25), (30_000, 0.5)], 1: [(10_500, 0.5), (19_000, 0.75)]}
+    paths = []
+    for seed, curve in rows.items():
+        path = tmp_path / f"ace_official_academy_3_vs_1_with_keeper_seed{seed}.csv"
+        path.write_text("samples,win_rate,mean_return,mean_steps\n"
+                        + "".join(f"{x},{w},0,50\n" for x, w in curve))
+        paths.append(str(path))
+    md = tmp_path / "t.md"
+    run(["scripts/study.py", "--env", "grf", "--eval-csv", *paths, "--at", "20000", "80000",
+         "--window", "5000", "--markdown", str(md)])
+    table = md.read_text()
+    # at 20k: seed 0 -> 0.25 (its 20k evaluation); seed 1 -> 0.75 (19k) -> 0.50 +- 0.35
+    assert ("| ACE, official recipe | academy_3_vs_1_with_keeper | 2 | 0.50 +- 0.35 (2) |  |"
+            in table)
+    # the paper's points (19k, 0.05) and (80k, 0.16): 0.05 + 0.11 / 61 at 20k
+    assert "| paper's ACE | academy_3_vs_1_with_keeper | 5 | 0.05 | 0.16 |" in table
+    # the last evaluation both seeds reached: 20k and 19k, rates 0.25 and 0.75; no clock
+    assert ("| ACE, official recipe | academy_3_vs_1_with_keeper | 2 | 19,500 | 0.50 (0.38-0.62) "
+            "| - | - | - |") in table
+    bad = tmp_path / "nope_seed0.csv"
+    bad.write_text("samples,win_rate\n")
+    out = subprocess.run([sys.executable, "scripts/study.py", "--env", "grf", "--eval-csv",
+                          str(bad)], cwd=ROOT, capture_output=True, text=True)
+    assert out.returncode != 0 and "name it <variant>_<scenario>_seed<seed>.csv" in out.stderr
+
+
 def test_study_refuses_a_variant_the_environment_lacks():
     out = subprocess.run([sys.executable, "scripts/study.py", "--env", "grf", "--variants",
                           "ace_wo_ia", "--records", "none.json"], cwd=ROOT, capture_output=True,
