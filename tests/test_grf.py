@@ -311,6 +311,9 @@ def test_graph_features_and_the_ball_owners_passive_message():
         not idx.action_available.view(3, 19)[1:, A["shot"]].any()
     net = ACENetwork(schema, hidden=16)
     enc = net.encode(g)
+    # only the owner's passive embeddings are computed: nobody else's actions reach a unit
+    owner = net.action_encoder.passive_encoders["player"](g["player"].x[:1]).view(19, 16)
+    assert torch.equal(enc.passive[0], owner) and not enc.passive[1:].any()
 
     def changed(a):  # the unit rows the messages of action a land on
         return (apply_actions(enc.units, enc, torch.tensor([a])) != enc.units).any(1)

@@ -57,17 +57,25 @@ class ActionEncoder(nn.Module):
 
     def passive_table(self, x_dict: Dict[str, Tensor], index: UnitIndex) -> Optional[Tensor]:
         """Passive embeddings of every agent for every targeted kind, computed once per
-        state. ``None`` when passive embeddings are off."""
+        state. ``None`` when passive embeddings are off. Only agents with an action that
+        has a target in this state are encoded (football: the ball owner); the others'
+        rows are zero, and no action's message reads them."""
         if not self.passive:
             return None
         k = len(self.targeted)
         table = x_dict[self.schema.agent_types[0]].new_zeros(index.num_agents, k, self.hidden)
+        aims = torch.zeros(index.num_agents + 1, dtype=torch.bool, device=table.device)
+        aims[index.action_agent[index.action_target >= 0]] = True
         for t, enc in self.passive_encoders.items():
             rows = index.flat[t]
             if rows.numel() == 0:
                 continue
             pos = torch.searchsorted(index.agents, rows)  # agent position of each unit of t
-            table = table.index_put((pos,), enc(x_dict[t]).view(-1, k, self.hidden))
+            keep = aims[pos]
+            if bool(keep.all()):
+                table = table.index_put((pos,), enc(x_dict[t]).view(-1, k, self.hidden))
+            elif bool(keep.any()):
+                table = table.index_put((pos[keep],), enc(x_dict[t][keep]).view(-1, k, self.hidden))
         return table
 
     def __repr__(self) -> str:
