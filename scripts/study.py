@@ -6,7 +6,8 @@ Trains every (variant, scenario, seed) of one environment with `acegnn train` (o
 thread per run, `--jobs` runs at once; a run directory holding a checkpoint is resumed,
 so a larger `--total-samples` trains finished runs further), then reports the paper's
 protocol: the test win rate over 32 greedy episodes against environment steps, as the
-median and the 25-75% percentiles over seeds, with environment steps per second,
+median and the 25-75% percentiles over seeds (SMAX; football: the mean and standard
+deviation), with environment steps per second,
 wall-clock and the wall-clock projected to the paper's budget (the x-axis of its curve:
 10M environment steps on SMAC, 2M on 2c_vs_64zg; 4M on academy_3_vs_1_with_keeper and 10M
 on academy_counterattack_hard).
@@ -179,22 +180,37 @@ def mean_at(records: List[dict], at: List[int], window: int) -> str:
     return "\n".join(lines) + "\n"
 
 
+def mean_sd(values: List[float]) -> tuple:
+    """Mean, and the mean minus and plus the standard deviation (0 for one value)."""
+    m = statistics.mean(values)
+    sd = statistics.stdev(values) if len(values) > 1 else 0.0
+    return m, m - sd, m + sd
+
+
+#: How the paper reports each environment over seeds (Experiment section): SMAC by the
+#: median and the 25-75% percentiles, GRF by the mean and the variance (drawn here as the
+#: mean +- one standard deviation).
+SPREAD = {"smax": (quantiles, "median (25-75%)"), "grf": (mean_sd, "mean (+-sd)")}
+
+
 def curves(records: List[dict]) -> Dict[tuple, List[tuple]]:
-    """(env, variant, scenario) -> [(median samples, median, p25, p75)] per evaluation
-    index, over the seeds that reached it."""
+    """(env, variant, scenario) -> [(median samples, centre, low, high)] per evaluation
+    index, over the seeds that reached it (:data:`SPREAD`: the environment's statistic)."""
     groups: Dict[tuple, List[dict]] = {}
     for r in records:
         groups.setdefault(_key(r), []).append(r)
     out = {}
     for key, runs in groups.items():
         n = min(len(r["curve"]) for r in runs)
+        spread = SPREAD[key[0]][0]
         out[key] = [(statistics.median(r["curve"][i][0] for r in runs),
-                     *quantiles([r["curve"][i][1] for r in runs])) for i in range(n)]
+                     *spread([r["curve"][i][1] for r in runs])) for i in range(n)]
     return out
 
 
 def table(records: List[dict]) -> str:
-    lines = ["| variant | scenario | seeds | env steps | final test win rate, median (25-75%) | "
+    lines = ["| variant | scenario | seeds | env steps | final test win rate, median (25-75%) "
+             "or mean (+-sd) | "
              "env steps per second of training | wall-clock | projected to the paper's budget |",
              "|---|---|---|---|---|---|---|---|"]
     for (env, variant, scenario), pts in sorted(curves(records).items()):
@@ -205,8 +221,10 @@ def table(records: List[dict]) -> str:
         clock = "| - | - | - |" if rate != rate else (  # records of eval.csv files: no clock
             f"| {rate:,.0f} | {wall / 3600:.2f} h | {paper_steps(env, scenario) / rate / 3600:.1f} h "
             f"({paper_steps(env, scenario) / 1e6:g}M) |")
+        spread = (f"{final[1]:.2f} ({final[2]:.2f}-{final[3]:.2f})" if env != "grf" else
+                  f"{final[1]:.2f} (+-{final[3] - final[1]:.2f})")
         lines.append(f"| {VARIANTS[env][variant][2]} | {scenario} | {len(runs)} | {final[0]:,.0f} | "
-                     f"{final[1]:.2f} ({final[2]:.2f}-{final[3]:.2f}) {clock}")
+                     f"{spread} {clock}")
     return "\n".join(lines) + "\n"
 
 
@@ -231,7 +249,7 @@ def plot(records: List[dict], path: str) -> None:
             ax.plot(*zip(*paper), "ko--", ms=4, lw=1, label="paper's ACE (mean of 5 seeds)")
         ax.set_title(f"{TITLES[env]} {scenario}")
         ax.set_xlabel("environment steps")
-        ax.set_ylabel("test win rate (median, 25-75%)")
+        ax.set_ylabel(f"test win rate, {SPREAD[env][1]}")
         ax.set_ylim(-0.02, 1.02)
         ax.legend(fontsize=8)
     fig.tight_layout()

@@ -236,7 +236,7 @@ def test_study_reports_median_and_quartiles(tmp_path):
     assert "| ACE | 5m_vs_6m | 3 | 2,000 | 0.50 (0.25-0.75) | 20 | 0.03 h | 138.9 h (10M) |" in table
     assert "| QMIX-SHARED | 5m_vs_6m | 1 | 2,000 | 0.12 (0.12-0.12) | 40 | 0.01 h | 69.4 h (10M) |" \
         in table
-    assert ("| ACE | academy_3_vs_1_with_keeper | 1 | 2,000 | 0.88 (0.88-0.88) | 200 | 0.00 h "
+    assert ("| ACE | academy_3_vs_1_with_keeper | 1 | 2,000 | 0.88 (+-0.00) | 200 | 0.00 h "
             "| 5.6 h (4M) |") in table
     assert png.stat().st_size > 1000
 
@@ -261,8 +261,8 @@ def test_study_tabulates_eval_csv_files_beside_the_papers_curve(tmp_path):
             in table)
     # the paper's points (19k, 0.05) and (80k, 0.16): 0.05 + 0.11 / 61 at 20k
     assert "| paper's ACE | academy_3_vs_1_with_keeper | 5 | 0.05 | 0.16 |" in table
-    # the last evaluation both seeds reached: 20k and 19k, rates 0.25 and 0.75; no clock
-    assert ("| ACE, official recipe | academy_3_vs_1_with_keeper | 2 | 19,500 | 0.50 (0.38-0.62) "
+    # the last evaluation both seeds reached: 20k and 19k, rates 0.25 and 0.75 (mean, sd); no clock
+    assert ("| ACE, official recipe | academy_3_vs_1_with_keeper | 2 | 19,500 | 0.50 (+-0.35) "
             "| - | - | - |") in table
     bad = tmp_path / "nope_seed0.csv"
     bad.write_text("samples,win_rate\n")
