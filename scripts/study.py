@@ -173,7 +173,7 @@ def mean_at(records: List[dict], at: List[int], window: int) -> str:
         lines.append(f"| {VARIANTS[env][variant][2]} | {scenario} | {len(runs)} | "
                      + " | ".join(cells) + " |")
         paper = [paper_at(env, scenario, x) for x in at]
-        if (env, scenario) in PAPER_CURVES and not any(ln.startswith(f"| paper's ACE | {scenario}")
+        if (env, scenario) in PAPER_CURVES and not any(ln.startswith(f"| paper's ACE | {scenario} |")
                                                         for ln in lines):
             lines.append(f"| paper's ACE | {scenario} | 5 | "
                          + " | ".join("" if p != p else f"{p:.2f}" for p in paper) + " |")

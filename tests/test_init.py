@@ -79,7 +79,8 @@ def test_baselines_follow_model_init(name):
 
 def test_a_deep_passive_encoder_is_hidden_wide_inside():
     """Two layers: node features -> hidden -> hidden x targeted kinds (the official
-    code's MLP(in, hidden, 19 * hidden)), not a (hidden x kinds)-wide inner layer."""
+    code's passive encoder is hidden wide inside too), not a (hidden x kinds)-wide inner
+    layer."""
     from acegnn.nn.action_encoder import ActionEncoder
 
     schema = smac_like_schema()

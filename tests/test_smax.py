@@ -201,6 +201,22 @@ def test_bad_config():
     assert "corridor" in SCENARIOS["6z_vs_24zg"].note
 
 
+def test_an_unavailable_or_out_of_range_action_is_refused_not_clamped():
+    task = SMAXTask("3m", 2, seed=0)
+    avail = task.observe()["avail"]
+    b, i, a = (int(v) for v in (~avail).nonzero()[0])  # e.g. attacking an enemy out of range
+    before = task.observe()["units"].clone()
+    actions = torch.zeros(2, 3, dtype=torch.long)
+    actions[b, i] = a
+    with pytest.raises(ValueError, match=f"action {a} of agent {i} in game {b} is not available"):
+        task.step(actions)
+    slots = avail.size(2)
+    actions[b, i] = slots  # one past the last slot: JAX's indexing would clamp it to the last
+    with pytest.raises(ValueError, match=f"action {slots} of agent {i} in game {b} is not"):
+        task.step(actions)
+    assert torch.equal(task.observe()["units"], before)  # nothing was stepped
+
+
 def test_train_resume_and_transfer_through_the_cli(tmp_path):
     """The paper's SMAC config, shrunk: train, resume further, then evaluate the same
     checkpoint on a larger map (zero-shot) and refuse settings an evaluation cannot change."""

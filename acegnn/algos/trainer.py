@@ -154,8 +154,9 @@ def greedy(learner: Learner, seed: int) -> Policy:
 
 
 #: Where a round's time goes: ``train.csv`` has a column ``<part>_s`` for each (the
-#: evaluation includes the hooks called after it), and a run ends with their totals.
-TIME_PARTS = ("collect", "learn", "eval", "checkpoint")
+#: evaluation includes the hooks called after it), and a run ends with their totals and
+#: the time spent writing checkpoints.
+TIME_PARTS = ("collect", "learn", "eval")
 #: The columns of ``train.csv`` that measure wall-clock, not learning: they differ
 #: between two runs that learn exactly alike.
 WALL_CLOCK_COLUMNS = ("env_steps_per_s", *(f"{part}_s" for part in TIME_PARTS))
@@ -340,7 +341,7 @@ class TrainingLoop(abc.ABC):
         last_ckpt = self.samples
         if self.samples_to_success == self.samples and not os.path.exists(self.success_path):
             self.save(self.success_path)  # a run stopped at success, resumed to train further
-        spent = dict.fromkeys(TIME_PARTS, 0.0)  # this session's seconds per part
+        spent = dict.fromkeys((*TIME_PARTS, "checkpoint"), 0.0)  # this session's seconds
         try:
             while not self._stopped():
                 before = self.samples
@@ -367,17 +368,18 @@ class TrainingLoop(abc.ABC):
                 if row:
                     self.logger.log("eval", self.samples, row)
                 t3 = time.perf_counter()
+                for part, s in zip(TIME_PARTS, (t1 - t0, t2 - t1, t3 - t2)):
+                    metrics[f"{part}_s"] = s
+                    spent[part] += s
+                # the round's logs are written before a checkpoint of the round
+                self.logger.log("train", self.samples, metrics)
                 if bar is not None:
                     bar.update(self.samples - before)
                     bar.set_postfix(self._postfix(metrics), refresh=False)
                 if cfg.checkpoint_every and self.samples - last_ckpt >= cfg.checkpoint_every:
                     self.save()
                     last_ckpt = self.samples
-                t4 = time.perf_counter()
-                for part, s in zip(TIME_PARTS, (t1 - t0, t2 - t1, t3 - t2, t4 - t3)):
-                    metrics[f"{part}_s"] = s
-                    spent[part] += s
-                self.logger.log("train", self.samples, metrics)
+                spent["checkpoint"] += time.perf_counter() - t3
                 if cfg.halt_after and self.samples >= cfg.halt_after:
                     raise Halted(f"halted after {self.samples} samples (train.halt_after)")
             self.save()
@@ -509,6 +511,11 @@ class Trainer(TrainingLoop):
         return out
 
     def load_state_dict(self, state: dict, source: str = "the checkpoint") -> None:
+        saved, stored = sorted(state["buffer"]["obs"]), sorted(self.buffer.obs)
+        if saved != stored:
+            raise ValueError(f"{source}: its replay holds the observations {saved}, and this "
+                             f"task stores {stored}: the checkpoint was made by another version "
+                             f"of the task; start a new run")
         try:
             self.buffer.load_state_dict(state["buffer"])
         except ValueError as e:

@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import abc
 import dataclasses
-from typing import Callable, ClassVar, Dict, Mapping, NamedTuple, Optional, Tuple
+from typing import Callable, ClassVar, Dict, Mapping, NamedTuple, Optional, Sequence, Tuple
 
 import torch
 from torch import Tensor
@@ -237,6 +237,27 @@ class VecTask(abc.ABC):
         order of :func:`acegnn.graph.unit_index`, in the :meth:`scene`'s plane; ``None``
         when the task has no positions."""
         return None
+
+
+def check_actions(actions: Tensor, avail: Tensor, names: Optional[Sequence[str]] = None) -> Tensor:
+    """``actions`` ``[num_envs, n_agents]`` as long integers on the CPU, refused with a
+    ``ValueError`` that names the first one out of range or not available in ``avail``
+    ``[num_envs, n_agents, slots]`` (and what is available, by ``names`` if given)."""
+    avail = avail.cpu().bool()
+    if tuple(actions.shape) != tuple(avail.shape[:2]):
+        raise ValueError(f"actions must be [{avail.size(0)}, {avail.size(1)}] "
+                         f"(got {tuple(actions.shape)})")
+    actions = actions.long().cpu()
+    slots = avail.size(2)
+    inside = (actions >= 0) & (actions < slots)
+    ok = inside & avail.gather(2, actions.clamp(0, slots - 1).unsqueeze(-1)).squeeze(-1)
+    if not bool(ok.all()):
+        b, i = (int(v) for v in (~ok).nonzero()[0])
+        free = avail[b, i].nonzero().view(-1).tolist()
+        free = [names[k] for k in free] if names is not None else free
+        raise ValueError(f"action {int(actions[b, i])} of agent {i} in game {b} is not "
+                         f"available (available: {free})")
+    return actions
 
 
 class Episodes(NamedTuple):

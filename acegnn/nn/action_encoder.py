@@ -64,7 +64,7 @@ class ActionEncoder(nn.Module):
             return None
         k = len(self.targeted)
         table = x_dict[self.schema.agent_types[0]].new_zeros(index.num_agents, k, self.hidden)
-        aims = torch.zeros(index.num_agents + 1, dtype=torch.bool, device=table.device)
+        aims = torch.zeros(index.num_agents, dtype=torch.bool, device=table.device)
         aims[index.action_agent[index.action_target >= 0]] = True
         for t, enc in self.passive_encoders.items():
             rows = index.flat[t]
@@ -72,10 +72,8 @@ class ActionEncoder(nn.Module):
                 continue
             pos = torch.searchsorted(index.agents, rows)  # agent position of each unit of t
             keep = aims[pos]
-            if bool(keep.all()):
-                table = table.index_put((pos,), enc(x_dict[t]).view(-1, k, self.hidden))
-            elif bool(keep.any()):
-                table = table.index_put((pos[keep],), enc(x_dict[t][keep]).view(-1, k, self.hidden))
+            # encoded even when no row is kept: the parameters then get zero gradients
+            table = table.index_put((pos[keep],), enc(x_dict[t][keep]).view(-1, k, self.hidden))
         return table
 
     def __repr__(self) -> str:

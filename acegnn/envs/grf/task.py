@@ -39,7 +39,8 @@ import torch
 from torch import Tensor
 from torch_geometric.data import Batch
 
-from acegnn.envs.base import EvalResult, Policy, Scene, Transition, VecTask, first_episodes
+from acegnn.envs.base import (EvalResult, Policy, Scene, Transition, VecTask, check_actions,
+                              first_episodes)
 from acegnn.envs.grf.engine import (ACTIONS, MOVES, N_ACTIONS, REWARDS, STICKY, UNIT_COLUMNS,
                                     EnginePool)
 from acegnn.envs.grf.scenarios import SCENARIOS, GRFScenario, get_scenario
@@ -204,23 +205,8 @@ class GRFTask(VecTask):
                 "avail": torch.from_numpy(self.pool.avail.copy()),
                 "sticky": torch.from_numpy(self.pool.sticky.copy())}
 
-    def _check_actions(self, actions: Tensor) -> Tensor:
-        if tuple(actions.shape) != (self.num_envs, self.n_agents):
-            raise ValueError(f"actions must be [{self.num_envs}, {self.n_agents}] "
-                             f"(got {tuple(actions.shape)})")
-        actions = actions.long().cpu()
-        avail = torch.from_numpy(self.pool.avail)
-        inside = (actions >= 0) & (actions < N_ACTIONS)
-        ok = inside & avail.gather(2, actions.clamp(0, N_ACTIONS - 1).unsqueeze(-1)).squeeze(-1)
-        if not bool(ok.all()):
-            b, i = (int(v) for v in (~ok).nonzero()[0])
-            free = [ACTIONS[k] for k in avail[b, i].nonzero().view(-1).tolist()]
-            raise ValueError(f"action {int(actions[b, i])} of agent {i} in game {b} is not "
-                             f"available (available: {free})")
-        return actions
-
     def step(self, actions: Tensor) -> Transition:
-        out = self.pool.step(self._check_actions(actions).numpy())
+        out = self.pool.step(check_actions(actions, torch.from_numpy(self.pool.avail), ACTIONS).numpy())
         return Transition(
             reward=torch.from_numpy(out.reward), terminated=torch.from_numpy(out.terminated),
             truncated=torch.from_numpy(out.truncated),

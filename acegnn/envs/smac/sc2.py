@@ -39,7 +39,7 @@ import torch
 from torch import Tensor
 from torch_geometric.data import Batch
 
-from acegnn.envs.base import Policy, Scene, Transition, VecTask, first_episodes
+from acegnn.envs.base import Policy, Scene, Transition, VecTask, check_actions, first_episodes
 from acegnn.envs.smac.units import (SMAC_ACTIONS, UNIT_COLUMNS, UNIT_TYPES, BattleEval, BattleSpec,
                                     UnitStats,
                                     battle_graphs, battle_positions, battle_scene, battle_schema)
@@ -302,23 +302,8 @@ class SC2Task(VecTask):
     def observe(self) -> Dict[str, Tensor]:
         return {"units": self._units, "avail": self._avail}
 
-    def _check_actions(self, actions: Tensor) -> Tensor:
-        if actions.shape != (self.num_envs, self.n_agents):
-            raise ValueError(f"actions must be [{self.num_envs}, {self.n_agents}] "
-                             f"(got {tuple(actions.shape)})")
-        actions = actions.long()
-        S = self.spec.slots
-        inside = (actions >= 0) & (actions < S)
-        ok = inside & self._avail.gather(2, actions.clamp(0, S - 1).unsqueeze(-1)).squeeze(-1)
-        if not bool(ok.all()):
-            b, i = (int(v) for v in (~ok).nonzero()[0])
-            free = self._avail[b, i].nonzero().view(-1).tolist()
-            raise ValueError(f"action {int(actions[b, i])} of agent {i} in game {b} is not "
-                             f"available (available: {free})")
-        return actions
-
     def step(self, actions: Tensor) -> Transition:
-        actions = self._check_actions(actions)
+        actions = check_actions(actions, self._avail)
         B, n = self.num_envs, self.n_agents
         reward = torch.zeros(B)
         terminated = torch.zeros(B, dtype=torch.bool)

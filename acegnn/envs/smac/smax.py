@@ -32,7 +32,7 @@ import torch
 from torch import Tensor
 from torch_geometric.data import Batch
 
-from acegnn.envs.base import Policy, Scene, Transition, VecTask, first_episodes
+from acegnn.envs.base import Policy, Scene, Transition, VecTask, check_actions, first_episodes
 from acegnn.envs.smac.units import (SMAX_ACTIONS, UNIT_COLUMNS, UNIT_TYPES, BattleEval, BattleSpec,
                                     UnitStats,
                                     battle_graphs, battle_positions, battle_scene, battle_schema)
@@ -191,9 +191,7 @@ class SMAXTask(VecTask):
         return {"units": _torch(units), "avail": _torch(avail)}
 
     def step(self, actions: Tensor) -> Transition:
-        if actions.shape != (self.num_envs, self.n_agents):
-            raise ValueError(f"actions must be [{self.num_envs}, {self.n_agents}] "
-                             f"(got {tuple(actions.shape)})")
+        actions = check_actions(actions, _torch(self._obs[1]))  # JAX would clamp silently
         jnp = self.engine.jnp
         out = self.engine.step(self._key, self._state, jnp.asarray(actions.numpy().astype("int32")))
         self._key, self._state, self._obs, next_obs, reward, terminated, truncated, info = out
