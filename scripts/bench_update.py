@@ -73,6 +73,9 @@ def main(argv=None) -> dict:
                 fn()
             times[key].append((time.perf_counter() - t0) / ns.updates * 1e3)
     ace_module.sequential_rollout = sequential_rollout
+    out = {"config": ns.config, "overrides": ns.overrides, "algo": cfg.algo.name,
+           "batch_size": cfg.train.batch_size, "threads": ns.threads,
+           **{k: statistics.median(v) for k, v in times.items()}}
     if ns.profile:
         from torch.profiler import ProfilerActivity, profile
 
@@ -81,11 +84,14 @@ def main(argv=None) -> dict:
                 step()
         events = prof.key_averages()
         print(events.table(sort_by="self_cpu_time_total", row_limit=ns.profile_rows))
-        flops = sum(e.flops for e in events) / ns.profile
-        print(f"FLOP per step (matrix products and convolutions): {flops / 1e9:.2f} G")
-    out = {"config": ns.config, "overrides": ns.overrides, "algo": cfg.algo.name,
-           "batch_size": cfg.train.batch_size, "threads": ns.threads,
-           **{k: statistics.median(v) for k, v in times.items()}}
+        total = sum(e.self_cpu_time_total for e in events)
+        phases = {e.key[len("phase/"):]: e.cpu_time_total for e in events if e.key.startswith("phase/")}
+        out["phases_ms"] = {k: v / 1e3 / ns.profile for k, v in phases.items()}
+        print("phases of a step (ms, share):", ", ".join(
+            f"{k} {v / 1e3 / ns.profile:.1f} ({v / total:.0%})" for k, v in phases.items()))
+        out["flop_per_step"] = sum(e.flops for e in events) / ns.profile
+        print(f"FLOP per step (matrix products and convolutions): "
+              f"{out['flop_per_step'] / 1e9:.2f} G")
     print(json.dumps(out))
     return out
 

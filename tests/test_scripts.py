@@ -171,9 +171,14 @@ def test_joint_argmax_takes_the_best_final_value():
 def test_bench_update_prints_timings():
     text = run(["scripts/bench_update.py", "configs/spiders_fly_5x5.yaml", "model.hidden=8",
                 "train.batch_size=16", "train.samples_per_collect=64", "train.learning_starts=64",
-                "--repeats", "1", "--updates", "1", "--compare-all-values"])
+                "--repeats", "1", "--updates", "1", "--compare-all-values", "--profile", "2"])
     rec = json.loads(text.strip().splitlines()[-1])
     assert rec["batch_size"] == 16 and rec["update_ms"] > 0 and rec["all_values_update_ms"] > 0
+    assert rec["step_ms"] > 0 and rec["flop_per_step"] > 0
+    # a step's phases, as the training loop takes it (Trainer.update_once, ACEDQN.loss)
+    assert set(rec["phases_ms"]) == {"sample", "graphs", "online_values", "targets", "backward",
+                                     "optimizer"}
+    assert "phases of a step (ms, share): sample" in text
 
 
 def test_bench_graphs_times_layout_and_scratch(tmp_path):

@@ -52,6 +52,7 @@ from typing import Dict, NamedTuple, Optional, Tuple
 
 import torch
 from torch import Tensor, nn
+from torch.profiler import record_function
 from torch_geometric.data import Batch
 
 from acegnn.algos.base import QLearner, QLearningConfig
@@ -199,11 +200,12 @@ class ACEDQN(QLearner):
         # Only Eq. 1 with double-Q needs the online values of the other candidates.
         forced = Forced(actions)
         values = "all" if cfg.double_q and cfg.target == "eq1" else "chosen"
-        online = self.net.rollout(graphs, order=cfg.order, selector=forced, generator=generator,
-                                  check=check, values=values)
+        with record_function("phase/online_values"):
+            online = self.net.rollout(graphs, order=cfg.order, selector=forced,
+                                      generator=generator, check=check, values=values)
         if online.rank.numel() == 0:
             raise ValueError("no state of the batch has an agent: nothing to learn from")
-        with torch.no_grad():
+        with torch.no_grad(), record_function("phase/targets"):
             reward = reward.to(self.device)
             discount = self.bootstrap_discount(terminated, discount)
             if cfg.target == "last_agent":
@@ -304,7 +306,8 @@ class ACEDQN(QLearner):
                 "target_mean": td.target.mean().item()}
         loss = td_loss
         if self.cfg.aux_weight > 0:
-            aux = self.aux_loss(td.online, graphs, next_graphs)
+            with record_function("phase/aux_loss"):
+                aux = self.aux_loss(td.online, graphs, next_graphs)
             loss = td_loss + self.cfg.aux_weight * aux
             logs["aux_loss"] = aux.item()
         return loss, logs

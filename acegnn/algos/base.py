@@ -10,6 +10,7 @@ from typing import Dict, Optional
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from torch.profiler import record_function
 from torch_geometric.data import Batch
 
 OPTIMIZERS = {"adam": torch.optim.Adam, "rmsprop": torch.optim.RMSprop}
@@ -134,15 +135,17 @@ class QLearner:
             raise FloatingPointError(f"the TD loss is {loss.item()}; stopping before the "
                                      f"network is corrupted (lower algo.lr or check rewards)")
         self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        clip = self.cfg.grad_clip if self.cfg.grad_clip > 0 else float("inf")
-        grad_norm = torch.nn.utils.clip_grad_norm_(self.net.parameters(), clip)
-        lr = self.cfg.learning_rate(self.num_updates)
-        for group in self.optimizer.param_groups:
-            group["lr"] = lr
-        self.optimizer.step()
-        self.num_updates += 1
-        self.soft_update()
+        with record_function("phase/backward"):
+            loss.backward()
+        with record_function("phase/optimizer"):
+            clip = self.cfg.grad_clip if self.cfg.grad_clip > 0 else float("inf")
+            grad_norm = torch.nn.utils.clip_grad_norm_(self.net.parameters(), clip)
+            lr = self.cfg.learning_rate(self.num_updates)
+            for group in self.optimizer.param_groups:
+                group["lr"] = lr
+            self.optimizer.step()
+            self.num_updates += 1
+            self.soft_update()
         return {"grad_norm": grad_norm.item(), "lr": lr}
 
     @torch.no_grad()

@@ -26,6 +26,7 @@ from typing import Any, Callable, Dict, Optional, Protocol, Sequence, Tuple, Uni
 
 import torch
 from torch import Tensor
+from torch.profiler import record_function
 from torch_geometric.data import Batch
 
 from acegnn.algos.checkpoint import (CHECKPOINT_VERSION, SUCCESS_CHECKPOINT, checkpoint_path,
@@ -491,7 +492,10 @@ class Trainer(TrainingLoop):
     def update_once(self) -> Dict[str, float]:
         """One gradient step as the loop takes it: sample the replay, build the batch,
         update."""
-        args, nstep = self.batch(self.buffer.sample(self.cfg.batch_size, self.sample_gen))
+        with record_function("phase/sample"):
+            sample = self.buffer.sample(self.cfg.batch_size, self.sample_gen)
+        with record_function("phase/graphs"):
+            args, nstep = self.batch(sample)
         m = self.learner.update(*args, self.sample_gen, **nstep)
         self.updates += 1
         return m
