@@ -298,8 +298,8 @@ class SuccessorValues:
         pre = pre.view(c, 2, S, H)
         if extra is not None:
             pre[:, 0] += self._message_pre(extra.reshape(-1)).view(c, S, H)
-        h = self.head.hidden_of_pre(pre)
         if self.scalar:
+            h = self.head.hidden_of_pre(pre)
             score = h.matmul(self.head.out[0].weight[0])  # [c, 2, S]
             change = (score - self.score.index_select(0, rows).view(c, 2, S)).mul_(pool).sum(1)
             total = self.total.index_select(0, graph).unsqueeze(1) + change  # [c, S]
@@ -308,12 +308,25 @@ class SuccessorValues:
             self._last = (pre, score, change, write, graph)
             return total.add_(self.bias)
         index = self.index
+        changed = write[:, 1] != index.num_units  # [c, S] the candidate changes a target row
+        h = self._hidden(pre, changed)
         base = self.head.pool_base(None, index, self.hidden[:index.num_units])
         # every candidate of an agent has the agent as its actor (padding repeats one)
         v = self.head.hidden_values(base, index, graph, read[:, 0, 0], h[:, 0], read[:, 1],
-                                    h[:, 1], write[:, 1] != index.num_units)
+                                    h[:, 1], changed)
         self._last = (pre, h, None, write, graph)
         return v
+
+    def _hidden(self, pre: Tensor, changed: Tensor) -> Tensor:
+        """The rest of the unit MLP on ``pre`` ``[c, 2, S, H]``, on the target rows only
+        where ``changed`` ``[c, S]`` (zero elsewhere: no candidate reads them)."""
+        deep = len(self.head.unit_mlp) > 2  # more than the ReLU after the first fc
+        if not deep or bool(changed.all()):
+            return self.head.hidden_of_pre(pre)
+        target = pre.new_zeros(pre.shape[:1] + pre.shape[2:])
+        if bool(changed.any()):
+            target = target.index_put((changed,), self.head.hidden_of_pre(pre[:, 1][changed]))
+        return torch.stack([self.head.hidden_of_pre(pre[:, 0]), target], dim=1)
 
     def advance(self, col: Tensor) -> None:
         """Move every acting agent's SE-state to its successor in column ``col`` ``[c]``
