@@ -257,3 +257,11 @@ def reference_candidates(net, d: HeteroData, order: Sequence[int],
         out.append(step)
         done.append(next(a for a in rows if int(store.slot[a]) == chosen[agent]))
     return out
+
+
+def config_leaves(cfg) -> dict:
+    """An experiment config as ``{"section.key": value}``, to compare configs key by key."""
+    from acegnn.config import to_dict
+
+    return {f"{s}.{k}": v for s, d in to_dict(cfg).items() if isinstance(d, dict)
+            for k, v in d.items()}

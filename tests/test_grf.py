@@ -530,17 +530,13 @@ OFFICIAL = {"env.sticky_features": True, "algo.lr_schedule": "cosine", "algo.lr_
 
 
 def test_the_official_recipe_is_the_paper_config_plus_its_departures():
-    from acegnn.config import load_config, to_dict
+    from reference import config_leaves
 
-    def leaves(d, prefix=""):
-        out = {}
-        for k, v in d.items():
-            out.update(leaves(v, f"{prefix}{k}.") if isinstance(v, dict) else {prefix + k: v})
-        return out
+    from acegnn.config import load_config
 
-    paper = leaves(to_dict(load_config(os.path.join(ROOT, "configs/grf_3_vs_1_with_keeper.yaml"))))
+    paper = config_leaves(load_config(os.path.join(ROOT, "configs/grf_3_vs_1_with_keeper.yaml")))
     path = os.path.join(ROOT, "configs/grf_3_vs_1_with_keeper_official.yaml")
-    official = leaves(to_dict(load_config(path)))
+    official = config_leaves(load_config(path))
     assert {k: v for k, v in official.items() if v != paper[k]} == OFFICIAL
     lines = {ln.split(":")[0].strip(): ln for ln in open(path).read().splitlines()}
     for key in OFFICIAL:

@@ -9,6 +9,8 @@ import itertools
 import pytest
 import torch
 
+from reference import config_leaves
+
 from acegnn.envs import ENVS, EvalResult, ExactEvaluation, VecTask
 from acegnn.envs.spiders_fly import (
     ACTION_NAMES,
@@ -565,10 +567,6 @@ def _get(cfg, dotted):
     return getattr(getattr(cfg, section), key)
 
 
-def _leaves(cfg):
-    from acegnn.config import to_dict
-
-    return {f"{s}.{k}": v for s, d in to_dict(cfg).items() if isinstance(d, dict) for k, v in d.items()}
 
 
 @pytest.mark.parametrize("grid", [5, 7])
@@ -587,8 +585,8 @@ def test_the_tuned_configs_depart_from_the_paper_in_the_keys_their_headers_list(
     its header; the budget is the benchmark's in both."""
     from acegnn.config import load_config
 
-    paper = _leaves(load_config(f"configs/spiders_fly_{grid}x{grid}_paper.yaml"))
-    tuned = _leaves(load_config(f"configs/spiders_fly_{grid}x{grid}.yaml"))
+    paper = config_leaves(load_config(f"configs/spiders_fly_{grid}x{grid}_paper.yaml"))
+    tuned = config_leaves(load_config(f"configs/spiders_fly_{grid}x{grid}.yaml"))
     differ = {k: tuned[k] for k in tuned if tuned[k] != paper[k]}
     assert differ == TUNED
     header = open(f"configs/spiders_fly_{grid}x{grid}.yaml").read().split("\nseed:")[0]
@@ -599,8 +597,8 @@ def test_the_tuned_configs_depart_from_the_paper_in_the_keys_their_headers_list(
 def test_the_official_options_config_is_the_tuned_one_plus_the_official_choices():
     from acegnn.config import load_config
 
-    tuned = _leaves(load_config("configs/spiders_fly_5x5.yaml"))
-    official = _leaves(load_config("configs/spiders_fly_5x5_official.yaml"))
+    tuned = config_leaves(load_config("configs/spiders_fly_5x5.yaml"))
+    official = config_leaves(load_config("configs/spiders_fly_5x5_official.yaml"))
     differ = {k: official[k] for k in official if official[k] != tuned[k]}
     assert differ == {"algo.target": "last_agent", "algo.double_q": True, "algo.nstep": 3,
                       "model.pool": "mean_max", "algo.aux_weight": 10.0}
