@@ -129,7 +129,8 @@ def from_dict(d: dict) -> ExperimentConfig:
 #: only add columns to ``eval.csv``, drawn episodes only images to TensorBoard, and how
 #: often a checkpoint is written changes nothing of what is learned.
 RESUMABLE_KEYS = ("halt_after", "progress", "total_samples", "stop_on_success",
-                  "exact_eval_every", "log_episode", "checkpoint_every")
+                  "exact_eval_every", "log_episode", "checkpoint_every", "max_minutes",
+                  "device")
 
 
 def comparable(config: dict) -> dict:

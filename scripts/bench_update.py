@@ -7,8 +7,16 @@ loop takes it: sample the replay, build the graphs, update (``step_ms``). With `
 alternates with an update whose rollouts value every candidate, the path before the
 ``values="chosen"`` / ``"successors"`` passes, so both see the same machine load.
 
+On a GPU (``train.device=cuda``) each timing waits for the device to finish. A batch can
+be saved where the task runs (``--save-batch``) and timed where it does not
+(``--batch``, ``update_ms`` only): football's engine is built on this machine, its update
+timed on a GPU machine without it.
+
     python scripts/bench_update.py configs/spiders_fly_5x5.yaml --compare-all-values
     python scripts/bench_update.py configs/spiders_fly_5x5_baselines.yaml algo.name=qmix
+    python scripts/bench_update.py configs/smax_5m_vs_6m.yaml train.device=cuda
+    python scripts/bench_update.py configs/grf_3_vs_1_with_keeper.yaml --save-batch grf.pt
+    python scripts/bench_update.py configs/grf_3_vs_1_with_keeper.yaml train.device=cuda --batch grf.pt
 """
 from __future__ import annotations
 
@@ -31,6 +39,20 @@ def _all_values(*args, **kwargs):
     return sequential_rollout(*args, **kwargs)
 
 
+class SavedBatch:
+    """What :func:`make_learner` reads of a task, from a saved batch: the schema and an
+    example batch of graphs."""
+
+    def __init__(self, schema, example) -> None:
+        self.schema, self.example = schema, example
+
+    def observe(self):
+        return None
+
+    def graphs(self, obs):
+        return self.example
+
+
 def main(argv=None) -> dict:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("config")
@@ -43,16 +65,40 @@ def main(argv=None) -> dict:
                    help="also profile N loop steps with torch.profiler and print the "
                         "operators that took the most time, with FLOP counts")
     p.add_argument("--profile-rows", type=int, default=25)
+    p.add_argument("--save-batch", metavar="FILE", help="save the timed batch (and what builds "
+                   "the learner) to FILE")
+    p.add_argument("--batch", metavar="FILE", help="time the batch saved in FILE (made with the "
+                   "same config) instead of building the task; update_ms only")
     ns = p.parse_args(argv)
+    if ns.batch and (ns.save_batch or ns.profile):
+        p.error("--batch times a saved batch only: no --save-batch or --profile with it")
     torch.set_num_threads(ns.threads)
+    trainer = None
     with tempfile.TemporaryDirectory() as tmp:
         cfg = load_config(ns.config, [*ns.overrides, f"run.dir={tmp}", "train.progress=false"])
-        task = make_task(cfg)
-        learner = make_learner(cfg, task)
-        trainer = Trainer(task, learner, cfg.train, cfg.seed, tmp)
-        while len(trainer.buffer) < max(cfg.train.batch_size, cfg.train.learning_starts):
-            trainer.collect()
-    args, nstep = trainer.batch(trainer.buffer.sample(cfg.train.batch_size, trainer.sample_gen))
+        if ns.batch:
+            saved = torch.load(ns.batch, weights_only=False)
+            if saved["config"] != ns.config:
+                p.error(f"{ns.batch} holds a batch of {saved['config']}, not of {ns.config}")
+            learner = make_learner(cfg, SavedBatch(saved["schema"], saved["example"]))
+            args, nstep = saved["args"], saved["nstep"]
+        else:
+            task = make_task(cfg)
+            learner = make_learner(cfg, task)
+            trainer = Trainer(task, learner, cfg.train, cfg.seed, tmp)
+            while len(trainer.buffer) < max(cfg.train.batch_size, cfg.train.learning_starts):
+                trainer.collect()
+            args, nstep = trainer.batch(trainer.buffer.sample(cfg.train.batch_size,
+                                                              trainer.sample_gen))
+            if ns.save_batch:
+                torch.save({"config": ns.config, "schema": task.schema,
+                            "example": task.graphs(task.observe()), "args": args,
+                            "nstep": nstep}, ns.save_batch)
+    device = torch.device(getattr(learner, "device", "cpu"))
+
+    def wait():  # a GPU runs asynchronously: time what it has done
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
 
     def update():  # the same batch every time
         learner.update(*args, **nstep)
@@ -60,7 +106,9 @@ def main(argv=None) -> dict:
     def step():  # as the loop does it: sample, build the graphs, update
         trainer.update_once()
 
-    modes = {"update_ms": (update, sequential_rollout), "step_ms": (step, sequential_rollout)}
+    modes = {"update_ms": (update, sequential_rollout)}
+    if trainer is not None:
+        modes["step_ms"] = (step, sequential_rollout)
     if ns.compare_all_values:
         modes["all_values_update_ms"] = (update, _all_values)
     times = {k: [] for k in modes}
@@ -68,14 +116,18 @@ def main(argv=None) -> dict:
         for key, (fn, rollout) in modes.items():
             ace_module.sequential_rollout = rollout
             fn()
+            wait()
             t0 = time.perf_counter()
             for _ in range(ns.updates):
                 fn()
+            wait()
             times[key].append((time.perf_counter() - t0) / ns.updates * 1e3)
     ace_module.sequential_rollout = sequential_rollout
     out = {"config": ns.config, "overrides": ns.overrides, "algo": cfg.algo.name,
-           "batch_size": cfg.train.batch_size, "threads": ns.threads,
+           "batch_size": cfg.train.batch_size, "threads": ns.threads, "device": str(device),
            **{k: statistics.median(v) for k, v in times.items()}}
+    if device.type == "cuda":
+        out["device_name"] = torch.cuda.get_device_name(device)
     if ns.profile:
         from torch.profiler import ProfilerActivity, profile
 

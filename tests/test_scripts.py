@@ -181,6 +181,21 @@ def test_bench_update_prints_timings():
     assert "phases of a step (ms, share): sample" in text
 
 
+def test_bench_update_times_a_saved_batch_where_the_task_is_absent(tmp_path):
+    small = ["model.hidden=8", "train.batch_size=16", "train.samples_per_collect=64",
+             "train.learning_starts=64", "--repeats", "1", "--updates", "1"]
+    saved = tmp_path / "b.pt"
+    made = json.loads(run(["scripts/bench_update.py", "configs/spiders_fly_5x5.yaml", *small,
+                           "--save-batch", str(saved)]).strip().splitlines()[-1])
+    timed = json.loads(run(["scripts/bench_update.py", "configs/spiders_fly_5x5.yaml", *small,
+                            "--batch", str(saved)]).strip().splitlines()[-1])
+    assert made["step_ms"] > 0 and timed["update_ms"] > 0 and "step_ms" not in timed
+    assert timed["device"] == "cpu"
+    other = subprocess.run([sys.executable, "scripts/bench_update.py", "configs/spiders_fly_7x7.yaml",
+                            *small, "--batch", str(saved)], cwd=ROOT, capture_output=True, text=True)
+    assert other.returncode == 2 and "holds a batch of configs/spiders_fly_5x5.yaml" in other.stderr
+
+
 def test_bench_graphs_times_layout_and_scratch(tmp_path):
     out = tmp_path / "g.json"
     run(["scripts/bench_graphs.py", "--grid", "5", "--sizes", "3", "--calls", "2", "--repeats", "1",

@@ -181,6 +181,20 @@ def test_eval_rejects_a_bad_checkpoint(tmp_path, capsys):
     assert "cannot read the checkpoint" in capsys.readouterr().err
 
 
+def test_a_wall_clock_limit_stops_after_a_round_and_resume_goes_on(tmp_path, capsys):
+    assert train(tmp_path, "full") == 0
+    capsys.readouterr()
+    assert train(tmp_path, "timed", "train.max_minutes=0.000001") == 0  # out of time at once
+    timed = tmp_path / "timed"
+    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert summary["samples"] == 256 == int(read_csv(timed / "train.csv")[-1]["samples"])
+    assert torch.load(timed / "checkpoint.pt", weights_only=True)["samples"] == 256
+    assert main(["train", "--resume", str(timed), "train.max_minutes=0"]) == 0
+    assert_same_run(tmp_path / "full", timed)
+    with pytest.raises(ValueError, match="train.max_minutes must be >= 0"):
+        load_config(CONFIG, ["train.max_minutes=-1"])
+
+
 def test_raising_the_budget_on_resume_continues_exactly(tmp_path):
     assert train(tmp_path, "long", "train.total_samples=2048") == 0
     assert train(tmp_path, "short") == 0  # 1536 samples, a smaller replay buffer

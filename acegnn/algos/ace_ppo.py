@@ -79,7 +79,7 @@ from torch import Tensor
 from torch_geometric.data import Batch
 from torch_geometric.utils import scatter
 
-from acegnn.algos.base import OPTIMIZERS, OptimConfig, QLearner
+from acegnn.algos.base import OPTIMIZERS, OptimConfig, QLearner, torch_device
 from acegnn.algos.on_policy import Trajectories
 from acegnn.graph.schema import GraphSchema
 from acegnn.nn.ace import ACENetwork, ModelConfig
@@ -325,9 +325,7 @@ class ACEPPO:
 
     def __init__(self, schema: GraphSchema, cfg: ACEPPOConfig, model: ModelConfig,
                  device="cpu", example: Optional[Batch] = None) -> None:
-        self.cfg, self.device = cfg, torch.device(device)
-        if self.device.type == "cuda" and self.device.index is None:  # as tensors report it
-            self.device = torch.device("cuda", torch.cuda.current_device())
+        self.cfg, self.device = cfg, torch_device(device)
         net = ACENetwork.from_config(schema, model)
         # trained, clipped and saved with the network
         net.add_module("logit_head", init_relu_layers(

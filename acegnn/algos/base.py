@@ -92,14 +92,31 @@ class QLearningConfig(OptimConfig):
                              f"0 <= algo.lr_min <= algo.lr (got {self.lr_decay_updates}, {self.lr_min})")
 
 
+def torch_device(name) -> torch.device:
+    """``train.device`` as the device tensors report (``"cuda"`` becomes ``cuda:0``); a
+    device this machine lacks is a ``ValueError`` that says so."""
+    try:
+        device = torch.device(name)
+    except (RuntimeError, TypeError) as e:
+        raise ValueError(f"train.device={name!r} is not a device torch knows ({e})") from None
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ValueError(f"train.device={name!r}: this torch ({torch.__version__}) sees no "
+                             f"CUDA device; use train.device=cpu")
+        if device.index is None:
+            device = torch.device("cuda", torch.cuda.current_device())
+        elif device.index >= torch.cuda.device_count():
+            raise ValueError(f"train.device={name!r}: this machine has "
+                             f"{torch.cuda.device_count()} CUDA device(s)")
+    return device
+
+
 class QLearner:
     """Owns ``self.net`` (an ``nn.Module`` holding every trained part), its Polyak target
     copy ``self.target_net`` and the optimiser."""
 
     def __init__(self, net: nn.Module, cfg: QLearningConfig, device) -> None:
-        self.cfg, self.device = cfg, torch.device(device)
-        if self.device.type == "cuda" and self.device.index is None:  # as tensors report it
-            self.device = torch.device("cuda", torch.cuda.current_device())
+        self.cfg, self.device = cfg, torch_device(device)
         self.net = net.to(self.device)
         self.target_net = copy.deepcopy(self.net)
         for p in self.target_net.parameters():

@@ -82,7 +82,13 @@ class TrainConfig:
     """Environment steps between checkpoints (0: only at the end)."""
     halt_after: int = 0
     """Testing aid: exit as if killed after this many steps (0: never)."""
+    max_minutes: float = 0.0
+    """Wall-clock minutes of one session (one ``acegnn train`` or ``--resume``) after
+    which the run stops at the end of the round, checkpointed; ``--resume`` goes on
+    (0: no limit)."""
     device: str = "cpu"
+    """Where the learner's networks live and learn (``cpu``, ``cuda``, ``cuda:1``); the
+    environments and the replay stay on the CPU and each batch is moved over."""
     progress: bool = True
     """Show a progress bar."""
 
@@ -104,6 +110,8 @@ class TrainConfig:
                     "exact_eval_every", "checkpoint_every", "halt_after"):
             if getattr(self, key) < 0:
                 raise ValueError(f"train.{key} must be >= 0 (got {getattr(self, key)})")
+        if self.max_minutes < 0:
+            raise ValueError(f"train.max_minutes must be >= 0 (got {self.max_minutes})")
         if not 0 <= self.eps_end <= 1 or not 0 <= self.eps_start <= 1:
             raise ValueError(f"train.eps_start/eps_end must be in [0, 1] "
                              f"(got {self.eps_start}, {self.eps_end})")
@@ -314,8 +322,11 @@ class TrainingLoop(abc.ABC):
     # The loop -------------------------------------------------------------------------
     def _stopped(self) -> bool:
         cfg = self.cfg
-        return self.samples >= cfg.total_samples or (cfg.stop_on_success and
-                                                     self.samples_to_success is not None)
+        start = self._session_start
+        out_of_time = (cfg.max_minutes > 0 and start is not None and
+                       time.perf_counter() - start >= 60 * cfg.max_minutes)
+        return out_of_time or self.samples >= cfg.total_samples or (
+            cfg.stop_on_success and self.samples_to_success is not None)
 
     def _postfix(self, metrics: Dict[str, float]) -> Dict[str, float]:
         """The progress bar's figures: loss, the loop's own (:meth:`_progress`) and the
@@ -384,7 +395,7 @@ class TrainingLoop(abc.ABC):
                 if cfg.halt_after and self.samples >= cfg.halt_after:
                     raise Halted(f"halted after {self.samples} samples (train.halt_after)")
             self.save()
-            if bar is not None and bar.n < bar.total:  # stopped early, at success
+            if bar is not None and bar.n < bar.total:  # stopped early: success, max_minutes
                 bar.total = bar.n
                 bar.refresh()
         finally:

@@ -24,6 +24,7 @@ no healing) and 2c_vs_64zg (colossi; its cliffs) cannot be built.
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Dict, Optional, Tuple
@@ -86,6 +87,12 @@ class _Engine:
     def __init__(self, scenario: str, time_limit: int) -> None:
         import jax
         import jax.numpy as jnp
+
+        if "JAX_PLATFORMS" not in os.environ:
+            # the battles run on the CPU, where the replay lives; a GPU backend would also
+            # take 75% of the GPU's memory from the learner (no effect once JAX has started)
+            jax.config.update("jax_platforms", "cpu")
+        self.cpu = jax.devices("cpu")[0]
         from jaxmarl import make
         from jaxmarl.environments.smax.smax_env import Scenario as JaxScenario
 
@@ -183,7 +190,8 @@ class SMAXTask(VecTask):
         self.obs_spec = {"units": ((self.spec.n_units, len(UNIT_COLUMNS)), torch.float32),
                          "avail": ((self.spec.n_allies, self.spec.slots), torch.bool)}
         jax = self.engine.jax
-        keys = jax.random.split(jax.random.PRNGKey(seed), num_envs)
+        # committed to the CPU: every step follows them there, whatever JAX's default device
+        keys = jax.device_put(jax.random.split(jax.random.PRNGKey(seed), num_envs), self.engine.cpu)
         self._key, self._state, self._obs = self.engine.reset(keys)
 
     def observe(self) -> Dict[str, Tensor]:
@@ -227,7 +235,8 @@ class SMAXTask(VecTask):
         saved = state["leaves"]
         if len(saved) != len(leaves) or any(tuple(s.shape) != tuple(x.shape) for s, x in zip(saved, leaves)):
             raise ValueError(f"the saved SMAX state does not fit this task ({self!r})")
-        restored = [jnp.asarray(s.numpy()).astype(x.dtype) for s, x in zip(saved, leaves)]
+        restored = [jax.device_put(jnp.asarray(s.numpy()).astype(x.dtype), self.engine.cpu)
+                    for s, x in zip(saved, leaves)]
         self._key, self._state, self._obs = jax.tree_util.tree_unflatten(treedef, restored)
 
     def scene(self) -> Scene:
