@@ -54,13 +54,14 @@ def _valid_keys(node: Any, prefix: str = "") -> list:
     return keys
 
 
-def _defaults(raw: Any) -> ExperimentConfig:
+def _defaults(raw: Any, backend: bool = True) -> ExperimentConfig:
     """The default experiment of the env and algo that ``raw`` names (the first
-    registered of each when it names none)."""
+    registered of each when it names none); ``backend``: the env's back-end must be
+    installed."""
     env = OmegaConf.select(raw, "env.name", default=None) or next(iter(ENVS))
     algo = OmegaConf.select(raw, "algo.name", default=None) or next(iter(LEARNERS))
     learner = LEARNERS.get(algo)
-    return ExperimentConfig(env=ENVS.get(env)(), algo=learner.config_class(),
+    return ExperimentConfig(env=ENVS.get(env, check=backend)(), algo=learner.config_class(),
                             model=learner.model_class())
 
 
@@ -69,10 +70,10 @@ def _defaults(raw: Any) -> ExperimentConfig:
 _SHARED_MODEL_KEYS = {"conv": "ace", "pool": "mean", "passive": True}
 
 
-def _structured(raw: Any, saved: bool = False) -> ExperimentConfig:
+def _structured(raw: Any, saved: bool = False, backend: bool = True) -> ExperimentConfig:
     """``raw`` through the dataclasses. ``saved``: a config written by an earlier run,
     whose model section may hold :data:`_SHARED_MODEL_KEYS` the learner does not read."""
-    default = _defaults(raw)
+    default = _defaults(raw, backend)
     model = OmegaConf.select(raw, "model", default=None)
     if saved and model is not None:
         fields = {f.name for f in dataclasses.fields(default.model)}
@@ -89,7 +90,7 @@ def _structured(raw: Any, saved: bool = False) -> ExperimentConfig:
 
 
 def load_config(path: Optional[str] = None, overrides: Sequence[str] = (),
-                saved: bool = False) -> ExperimentConfig:
+                saved: bool = False, backend: bool = True) -> ExperimentConfig:
     """Read a YAML file and ``key=value`` overrides into an :class:`ExperimentConfig`.
 
     Raises:
@@ -99,6 +100,8 @@ def load_config(path: Optional[str] = None, overrides: Sequence[str] = (),
             installed; the message names the extra to install.
 
     ``saved=True`` reads a run's own ``config.yaml`` (see :func:`_structured`).
+    ``backend=False`` reads the config of a task whose back-end is not installed here
+    (``scripts/bench_update.py --batch`` times a saved batch of it).
     """
     try:
         raw = OmegaConf.merge(OmegaConf.load(path) if path else OmegaConf.create(),
@@ -107,7 +110,7 @@ def load_config(path: Optional[str] = None, overrides: Sequence[str] = (),
         raise ValueError(f"cannot read the config: {e}") from None
     except FileNotFoundError:
         raise ValueError(f"config file not found: {path}") from None
-    return _structured(raw, saved)
+    return _structured(raw, saved, backend)
 
 
 def to_dict(cfg: ExperimentConfig) -> dict:

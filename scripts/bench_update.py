@@ -75,7 +75,8 @@ def main(argv=None) -> dict:
     torch.set_num_threads(ns.threads)
     trainer = None
     with tempfile.TemporaryDirectory() as tmp:
-        cfg = load_config(ns.config, [*ns.overrides, f"run.dir={tmp}", "train.progress=false"])
+        cfg = load_config(ns.config, [*ns.overrides, f"run.dir={tmp}", "train.progress=false"],
+                          backend=not ns.batch)  # a saved batch needs no engine
         if ns.batch:
             saved = torch.load(ns.batch, weights_only=False)
             if saved["config"] != ns.config:

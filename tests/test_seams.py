@@ -14,7 +14,9 @@ from acegnn.algos.value_decomposition import (AgentModelConfig, ValueDecompositi
                                               ValueDecompositionConfig)
 from acegnn.buffers import ReplayBuffer
 from acegnn.cli import main
-from acegnn.envs import ENVS, EvalResult, Transition, VecTask, first_episodes, register_env
+from acegnn.config import load_config
+from acegnn.envs import (ENVS, EvalResult, MissingBackend, Transition, VecTask, first_episodes,
+                         register_env)
 from acegnn.envs.synthetic import random_state, smac_like_schema
 from acegnn.graph import (ACTION, ActionKind, GraphSchema, build_state, collate,
                           dense_actions, full_edges, only_noop)
@@ -172,6 +174,17 @@ def test_a_missing_backend_names_the_extra_to_install(tmp_path, capsys):
     assert "env.name=line needs acegnn_no_such_engine" in err
     assert "pip install -e '.[line]'" in err and "Traceback" not in err
     assert not (tmp_path / "x").exists()
+
+
+def test_the_config_of_a_missing_backend_loads_when_asked_to(tmp_path):
+    register_env("line", LineConfig, extra="line", requires=("acegnn_no_such_engine",))
+    try:
+        with pytest.raises(MissingBackend, match="needs acegnn_no_such_engine"):
+            load_config(None, ["env.name=line"])
+        cfg = load_config(None, ["env.name=line", "train.device=cpu"], backend=False)
+    finally:
+        ENVS.unregister("line")
+    assert isinstance(cfg.env, LineConfig)
 
 
 def test_registering_a_taken_name_is_refused():

@@ -91,9 +91,11 @@ class Registry(Generic[T]):
             raise MissingBackend(f"{self.kind}.name={name} needs {', '.join(missing)}, which "
                                  f"is not installed: {how}")
 
-    def get(self, name: str) -> T:
-        """The registered component (imported now if it was registered by path)."""
-        self.available(name)
+    def get(self, name: str, check: bool = True) -> T:
+        """The registered component (imported now if it was registered by path);
+        ``check``: first raise :class:`MissingBackend` if its back-end is not installed."""
+        if check:
+            self.available(name)
         return _resolve(self.entry(name).target)
 
     def __contains__(self, name: object) -> bool:
