@@ -9,7 +9,8 @@ import torch
 
 pytest.importorskip("jaxmarl")
 
-from acegnn.envs.smac.smax import SCENARIOS, SMAX_TYPES, SMAXConfig, SMAXTask  # noqa: E402
+from acegnn.envs.smac.smax import (SCENARIOS, SMAX_TYPES, SMAXConfig, SMAXTask,  # noqa: E402
+                                   get_scenario, scenario_name, units_scenario)
 from acegnn.envs.smac.units import (DISTANCE_SCALE, UNIT_TYPES, battle_schema,  # noqa: E402
                                     sort_key)
 from acegnn.graph import unit_index  # noqa: E402
@@ -191,8 +192,55 @@ def test_sorted_order_is_by_type_then_position():
     assert int(obs["units"][0, int(by_rank[0]) - 8, 0]) in (stalker, UNIT_TYPES.index("zealot"))
 
 
+def test_maps_by_their_units():
+    m = ("marine",)
+    parsed = get_scenario("6m_vs_8m")
+    assert (parsed.allies, parsed.enemies, parsed.time_limit) == (m * 6, m * 8, 100)
+    assert get_scenario("4m").allies == get_scenario("4m").enemies == m * 4
+    mixed = get_scenario("1M2h_vs_24zg")  # zg (zergling) is read before z (zealot)
+    assert mixed.allies == ("marauder", "hydralisk", "hydralisk")
+    assert mixed.enemies == ("zergling",) * 24
+    assert get_scenario("2s_vs_3z").enemies == ("zealot",) * 3
+    assert get_scenario("2s3z") is SCENARIOS["2s3z"] and get_scenario("2s3z").time_limit == 120
+    for name in ("6m_vs_8m", "4m", "2s3z", "3s_vs_5z", "1M2h_vs_24zg", "27m_vs_30m"):
+        sc = get_scenario(name)
+        assert scenario_name(sc.allies, sc.enemies) == name
+    # listed units: a SMAC map's limit when they are one, SMAX's 100 steps otherwise
+    assert units_scenario(m * 3, m * 3).time_limit == 60
+    assert units_scenario(["stalker"], ["zealot", "zealot"]).time_limit == 100
+    errors = {"2c_vs_64zg": r"colossus \(c\) is not a SMAX unit type",
+              "corridor": "not a map listed in SCENARIOS",
+              "3x": "unit code 'x' is not a SMAX unit type",
+              "3m_vs_4m_vs_5m": "more than two sides", "0m_vs_1m": "a group of 0",
+              "6m_vs_": "not a map listed"}
+    for name, message in errors.items():
+        with pytest.raises(ValueError, match=message):
+            get_scenario(name)
+        with pytest.raises(ValueError, match=message):
+            SMAXConfig(scenario=name)
+
+
+def test_a_battle_of_listed_units_plays_those_units():
+    cfg = SMAXConfig(scenario=None, allies=["marauder", "hydralisk"], enemies=["zergling"] * 3,
+                     num_envs=2)
+    task = cfg.make(0)
+    assert task.scenario == "1M1h_vs_3zg" and task.time_limit == 100 and task.n_agents == 2
+    types = [UNIT_TYPES[int(t)] for t in task.observe()["units"][0, :, 0]]
+    assert types == ["marauder", "hydralisk", "zergling", "zergling", "zergling"]
+    named = SMAXConfig(scenario="1M1h_vs_3zg", num_envs=2).make(0)
+    assert torch.equal(named.observe()["units"], task.observe()["units"])  # the same battle
+    for bad, message in (({"allies": ["marine"], "enemies": ["marine"]}, "not both"),
+                         ({"scenario": None, "allies": ["marine"]}, "together"),
+                         ({"scenario": None}, "env.scenario is null"),
+                         ({"scenario": None, "allies": ["medivac"], "enemies": ["marine"]},
+                          r"\['medivac'\] are not SMAX unit types"),
+                         ({"scenario": None, "allies": [], "enemies": ["marine"]}, "is empty")):
+        with pytest.raises(ValueError, match=message):
+            SMAXConfig(**bad)
+
+
 def test_bad_config():
-    with pytest.raises(ValueError, match="env.scenario"):
+    with pytest.raises(ValueError, match="not a map listed"):
         SMAXConfig(scenario="MMM2")
     with pytest.raises(ValueError, match="env.reward_scale"):
         SMAXConfig(reward_scale=0)

@@ -4,7 +4,8 @@ Many SMAX battles step together in one compiled function (``jax.vmap`` + ``jax.j
 against SMAX's heuristic enemy AI; observations reach torch through DLPack without a
 copy. What this task changes from SMAX's defaults, and why:
 
-* **Episode limits** are SMAC's per map (:data:`SCENARIOS`), not SMAX's 100 steps; a
+* **Episode limits** are SMAC's per map (:data:`SCENARIOS`), not SMAX's 100 steps
+  (which battles that are not SMAC maps keep, :func:`get_scenario`); a
   battle still running at the limit is *truncated* (the learner bootstraps), a battle
   with one side dead is *terminated*.
 * **Resets** are done here: SMAX's ``step`` auto-resets and returns the new episode's
@@ -24,10 +25,12 @@ no healing) and 2c_vs_64zg (colossi; its cliffs) cannot be built.
 """
 from __future__ import annotations
 
+import itertools
 import os
+import re
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Dict, Optional, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 import torch
 from torch import Tensor
@@ -57,12 +60,25 @@ def _units(*groups: Tuple[int, str]) -> Tuple[str, ...]:
     return tuple(name for count, name in groups for _ in range(count))
 
 
+#: SMAC's unit codes in map names (``2s3z``, ``6h_vs_8z``, ``2c_vs_64zg``) -> SMAX type
+#: names; ``M`` (marauder) is SMAX's own code, SMAC names no map with it.
+UNIT_CODES: Dict[str, str] = {"m": "marine", "M": "marauder", "s": "stalker", "z": "zealot",
+                              "zg": "zergling", "h": "hydralisk"}
+#: SMAC's codes of units SMAX does not have.
+NOT_IN_SMAX: Dict[str, str] = {"c": "colossus", "b": "baneling"}
+#: The episode limit of a battle that is not a SMAC map: SMAX's own default.
+SMAX_TIME_LIMIT = 100
+
 #: Every scenario by name. Limits are SMAC's (smac/env/starcraft2/maps/smac_maps.py);
 #: 4m_vs_5m, 5m_vs_5m and 6m_vs_7m are not SMAC maps (the paper's transfer targets) and
 #: play 5m_vs_6m's 70 steps.
 SCENARIOS: Dict[str, Scenario] = {
     "3m": Scenario(_units((3, "marine")), _units((3, "marine")), 60),
     "8m": Scenario(_units((8, "marine")), _units((8, "marine")), 120),
+    "25m": Scenario(_units((25, "marine")), _units((25, "marine")), 150),
+    "2m_vs_1z": Scenario(_units((2, "marine")), _units((1, "zealot")), 150),
+    "3s_vs_3z": Scenario(_units((3, "stalker")), _units((3, "zealot")), 150),
+    "3s_vs_4z": Scenario(_units((3, "stalker")), _units((4, "zealot")), 200),
     "2s3z": Scenario(_units((2, "stalker"), (3, "zealot")), _units((2, "stalker"), (3, "zealot")), 120),
     "3s5z": Scenario(_units((3, "stalker"), (5, "zealot")), _units((3, "stalker"), (5, "zealot")), 150),
     "4m_vs_5m": Scenario(_units((4, "marine")), _units((5, "marine")), 70, "not a SMAC map"),
@@ -81,10 +97,73 @@ SCENARIOS: Dict[str, Scenario] = {
 }
 
 
+def _side(name: str, side: str) -> Tuple[str, ...]:
+    """The units of one side of a map name: groups of a count and a unit code."""
+    groups = re.findall(r"(\d+)(zg|[A-Za-z])", side)
+    if not groups or "".join(n + c for n, c in groups) != side:
+        raise ValueError(
+            f"unknown SMAX scenario {name!r}: not a map listed in SCENARIOS and not a name of "
+            f"unit counts and codes such as 6m_vs_8m, 2s3z or 3s_vs_5z (codes: "
+            f"{', '.join(f'{c}={t}' for c, t in UNIT_CODES.items())})")
+    units = []
+    for count, code in groups:
+        if code in NOT_IN_SMAX or code not in UNIT_CODES:
+            what = f"{NOT_IN_SMAX[code]} ({code})" if code in NOT_IN_SMAX else f"unit code {code!r}"
+            raise ValueError(f"SMAX scenario {name!r}: {what} is not a SMAX unit type (SMAX has "
+                             f"{', '.join(f'{t} ({c})' for c, t in UNIT_CODES.items())})")
+        if int(count) < 1:
+            raise ValueError(f"SMAX scenario {name!r}: a group of {count} {UNIT_CODES[code]}s")
+        units += [UNIT_CODES[code]] * int(count)
+    return tuple(units)
+
+
+def scenario_name(allies: Sequence[str], enemies: Sequence[str]) -> str:
+    """The SMAC-style name of a battle (``2s3z``, ``3s_vs_5z``): each side's runs of one
+    unit type as count and code, ``_vs_`` between two different sides."""
+    codes = {t: c for c, t in UNIT_CODES.items()}
+
+    def one(units: Sequence[str]) -> str:
+        return "".join(f"{len(list(g))}{codes[t]}" for t, g in itertools.groupby(units))
+
+    a, e = one(allies), one(enemies)
+    return a if a == e else f"{a}_vs_{e}"
+
+
+def get_scenario(name: str) -> Scenario:
+    """The battle a map name stands for: a listed map (:data:`SCENARIOS`, SMAC's limits),
+    or any name of unit counts and SMAC's codes (:data:`UNIT_CODES`), one side
+    (``4m``: both sides alike) or two (``6m_vs_8m``), with SMAX's 100-step limit."""
+    if name in SCENARIOS:
+        return SCENARIOS[name]
+    sides = name.split("_vs_")
+    if len(sides) > 2:
+        raise ValueError(f"SMAX scenario {name!r}: more than two sides")
+    allies, enemies = _side(name, sides[0]), _side(name, sides[-1])
+    return Scenario(allies, enemies, SMAX_TIME_LIMIT,
+                    f"not a SMAC map: units from its name, SMAX's {SMAX_TIME_LIMIT}-step limit")
+
+
+def units_scenario(allies: Sequence[str], enemies: Sequence[str]) -> Scenario:
+    """A battle of listed units (SMAX type names); a SMAC map's limit when its units are
+    one (in SMAC's order), SMAX's 100 steps otherwise."""
+    for side, units in (("allies", allies), ("enemies", enemies)):
+        if not units:
+            raise ValueError(f"env.{side} is empty: a battle needs a unit on each side")
+        bad = sorted({u for u in units if u not in SMAX_TYPES})
+        if bad:
+            raise ValueError(f"env.{side}: {bad} are not SMAX unit types ({list(SMAX_TYPES)})")
+    allies, enemies = tuple(allies), tuple(enemies)
+    for sc in SCENARIOS.values():
+        if (sc.allies, sc.enemies) == (allies, enemies) and not sc.note:
+            return sc
+    return Scenario(allies, enemies, SMAX_TIME_LIMIT,
+                    f"listed units, SMAX's {SMAX_TIME_LIMIT}-step limit")
+
+
 class _Engine:
     """One SMAX scenario compiled once per process: batched reset and step."""
 
-    def __init__(self, scenario: str, time_limit: int) -> None:
+    def __init__(self, sc: Scenario, time_limit: int) -> None:
         import jax
         import jax.numpy as jnp
 
@@ -96,7 +175,6 @@ class _Engine:
         from jaxmarl import make
         from jaxmarl.environments.smax.smax_env import Scenario as JaxScenario
 
-        sc = SCENARIOS[scenario]
         types = jnp.array([_TYPE_IDS[t] for t in sc.allies + sc.enemies], dtype=jnp.uint8)
         env = make("HeuristicEnemySMAX", max_steps=time_limit,
                    scenario=JaxScenario(types, len(sc.allies), len(sc.enemies), False, False))
@@ -154,8 +232,8 @@ class _Engine:
 
 
 @lru_cache(maxsize=8)
-def _engine(scenario: str, time_limit: int) -> _Engine:
-    return _Engine(scenario, time_limit)
+def _engine(sc: Scenario, time_limit: int) -> _Engine:
+    return _Engine(sc, time_limit)
 
 
 def _torch(x) -> Tensor:
@@ -166,24 +244,29 @@ class SMAXTask(VecTask):
     """SMAX battles against the heuristic enemy, as graphs (:mod:`acegnn.envs.smac.units`).
 
     Args:
-        scenario (str): A name in :data:`SCENARIOS`. (default: :obj:`"5m_vs_6m"`)
+        scenario (str or Scenario): A map name (:func:`get_scenario`: a listed map, or
+            unit counts and codes such as ``6m_vs_8m``) or a :class:`Scenario`.
+            (default: :obj:`"5m_vs_6m"`)
         num_envs (int, optional): Battles stepped together. (default: :obj:`8`)
         seed (int, optional): Seed of the battles' randomness. (default: :obj:`0`)
-        time_limit (int, optional): Steps before a battle is cut (truncated); the map's
-            SMAC limit if :obj:`None`.
+        time_limit (int, optional): Steps before a battle is cut (truncated); the
+            scenario's limit if :obj:`None`.
         reward_scale (float, optional): Factor on SMAX's reward. (default: :obj:`10.0`)
     """
 
     noop_action = SMAX_ACTIONS.noop
 
-    def __init__(self, scenario: str = "5m_vs_6m", num_envs: int = 8, seed: int = 0,
-                 time_limit: Optional[int] = None, reward_scale: float = 10.0) -> None:
-        if scenario not in SCENARIOS:
-            raise ValueError(f"unknown SMAX scenario '{scenario}' (known: {sorted(SCENARIOS)})")
-        self.scenario, self.num_envs, self.seed = scenario, num_envs, seed
-        self.time_limit = SCENARIOS[scenario].time_limit if time_limit is None else time_limit
+    def __init__(self, scenario: Union[str, Scenario] = "5m_vs_6m", num_envs: int = 8,
+                 seed: int = 0, time_limit: Optional[int] = None,
+                 reward_scale: float = 10.0) -> None:
+        if isinstance(scenario, Scenario):
+            self.battle, self.scenario = scenario, scenario_name(scenario.allies, scenario.enemies)
+        else:
+            self.battle, self.scenario = get_scenario(scenario), scenario
+        self.num_envs, self.seed = num_envs, seed
+        self.time_limit = self.battle.time_limit if time_limit is None else time_limit
         self.reward_scale = reward_scale
-        self.engine = _engine(scenario, self.time_limit)
+        self.engine = _engine(self.battle, self.time_limit)
         self.spec = self.engine.spec
         self.schema = battle_schema()
         self.n_agents = self.spec.n_allies
@@ -215,7 +298,7 @@ class SMAXTask(VecTask):
     def evaluate(self, act: Policy, episodes: int = 32, seed: int = 0) -> BattleEval:
         """Play ``episodes`` battles with ``act`` (same ``seed``, same starts and enemy
         randomness) and report their outcomes."""
-        test = SMAXTask(self.scenario, episodes, seed, self.time_limit, self.reward_scale)
+        test = SMAXTask(self.battle, episodes, seed, self.time_limit, self.reward_scale)
         ep = first_episodes(test, act, self.time_limit)
         return BattleEval(
             win_rate=float(ep.info["won"].float().mean()),
@@ -254,8 +337,15 @@ class SMAXConfig:
     """SMAX battle settings (``env.name: smax``)."""
 
     name: str = "smax"
-    scenario: str = "5m_vs_6m"
-    """Map name (see acegnn.envs.smac.smax.SCENARIOS)."""
+    scenario: Optional[str] = "5m_vs_6m"
+    """Map name: one of acegnn.envs.smac.smax.SCENARIOS (SMAC's limits), or unit counts
+    and SMAC's codes (m marine, M marauder, s stalker, z zealot, zg zergling, h hydralisk),
+    e.g. 6m_vs_8m, 4m, 2s_vs_3z; null when env.allies and env.enemies list the units."""
+    allies: Optional[List[str]] = None
+    """The allied units by SMAX type name (marine, marauder, stalker, zealot, zergling,
+    hydralisk), with env.enemies and env.scenario=null."""
+    enemies: Optional[List[str]] = None
+    """The enemy units, as env.allies."""
     num_envs: int = 8
     """Battles stepped together while collecting (the paper's collector_env_num)."""
     time_limit: Optional[int] = None
@@ -263,9 +353,20 @@ class SMAXConfig:
     reward_scale: float = 10.0
     """Factor on SMAX's reward (at most 2 per battle); 10 gives SMAC's scale of 20."""
 
+    def battle(self) -> Scenario:
+        """The battle this config names (by its map name or its units)."""
+        listed = (self.allies is not None, self.enemies is not None)
+        if any(listed):
+            if not all(listed) or self.scenario is not None:
+                raise ValueError("env.allies and env.enemies list a battle's units together, "
+                                 "with env.scenario=null (a map name or the units, not both)")
+            return units_scenario(self.allies, self.enemies)
+        if self.scenario is None:
+            raise ValueError("env.scenario is null: name a map or list env.allies and env.enemies")
+        return get_scenario(self.scenario)
+
     def __post_init__(self) -> None:
-        if self.scenario not in SCENARIOS:
-            raise ValueError(f"env.scenario must be one of {sorted(SCENARIOS)} (got {self.scenario!r})")
+        self.battle()  # a clear error for a map that cannot be built
         if self.num_envs < 1:
             raise ValueError(f"env.num_envs must be >= 1 (got {self.num_envs})")
         if self.time_limit is not None and self.time_limit < 1:
@@ -274,4 +375,5 @@ class SMAXConfig:
             raise ValueError(f"env.reward_scale must be positive (got {self.reward_scale})")
 
     def make(self, seed: int) -> SMAXTask:
-        return SMAXTask(self.scenario, self.num_envs, seed, self.time_limit, self.reward_scale)
+        return SMAXTask(self.scenario or self.battle(), self.num_envs, seed, self.time_limit,
+                        self.reward_scale)
