@@ -46,7 +46,7 @@ def test_marines_read_as_smac_normalises():
     expected = torch.tensor([[m, 10.5, 12.25, 30 / 45, 0.0, 6 / 15, 1.0],
                              [m, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0],
                              [m, 20.0, 14.5, 1.0, 0.0, 0.0, 1.0],
-                             [m, 21.0, 13.0, 0.2, 0.0, 1.0, 1.0]])
+                             [m, 21.0, 13.0, 0.2, 0.0, 0.0, 1.0]])  # an enemy's cooldown: 0
     assert got.dtype == torch.float32 and got.shape == (4, 7)
     assert torch.allclose(got, expected, atol=1e-6)
 
@@ -61,8 +61,8 @@ def test_shields_and_medivac_energy():
     s, z = T["stalker"], T["zealot"]
     expected = torch.tensor([[s, 5.0, 6.0, 0.5, 0.25, 0.2, 1.0],
                              [z, 6.0, 6.0, 1.0, 0.0, 0.0, 1.0],
-                             [z, 9.0, 9.0, 1.0, 1.0, 0.5, 1.0],
-                             [s, 9.5, 9.0, 1.0, 0.5, 1.0, 1.0]])
+                             [z, 9.0, 9.0, 1.0, 1.0, 0.0, 1.0],
+                             [s, 9.5, 9.0, 1.0, 0.5, 0.0, 1.0]])
     assert torch.allclose(got, expected, atol=1e-6)
     # MMM: marauder, marine, medivac; a medivac's column is its energy over 200
     agents = {0: unit(1, 1970, 1, 1.0, 2.0, 125, 125, cooldown=5),
@@ -407,3 +407,89 @@ def test_a_game_that_fails_to_start_closes_the_others():
     with pytest.raises(RuntimeError, match="SC2 did not start"):
         SC2Task("2m", 3, 0, make_env=flaky)
     assert len(made) == 2 and all(g.closed for g in made)
+
+
+# The installed oxwhirl/smac (docs/sc2.md's recipe), constructed without the game -------
+def installed_smac():
+    try:
+        from smac.env import StarCraft2Env
+    except ImportError:
+        pytest.skip("oxwhirl/smac is not installed (docs/sc2.md)")
+    return StarCraft2Env
+
+
+def test_the_installed_smac_has_the_maps_and_limits_of_our_tables():
+    StarCraft2Env = installed_smac()
+    from acegnn.envs.smac.sc2 import SMAC_MAPS
+    from acegnn.envs.smac.smax import SCENARIOS
+    from acegnn.envs.smac.units import SMAC_ACTIONS
+
+    for name, map_type in SMAC_MAPS.items():
+        env = StarCraft2Env(map_name=name)
+        assert env.map_type == map_type, name
+        assert env.get_total_actions() == SMAC_ACTIONS.first_target + env.n_enemies, name
+    smac_maps = [n for n, sc in SCENARIOS.items() if not sc.note]  # SMAX's table of SMAC maps
+    assert len(smac_maps) == 15
+    for name in smac_maps:
+        env, sc = StarCraft2Env(map_name=name), SCENARIOS[name]
+        assert (env.n_agents, env.n_enemies, env.episode_limit) == \
+            (len(sc.allies), len(sc.enemies), sc.time_limit), name
+
+
+def test_the_installed_smac_numbers_ally_types_as_we_do():
+    StarCraft2Env = installed_smac()
+    from acegnn.envs.smac.sc2 import ALLY_TYPE_ORDER, SMAC_MAPS
+
+    for map_type in ALLY_TYPE_ORDER:
+        env = StarCraft2Env(map_name=next(n for n, t in SMAC_MAPS.items() if t == map_type))
+        env._init_ally_unit_types(MARINE)
+        for type_id, name in ally_unit_types(map_type, MARINE).items():
+            assert getattr(env, f"{name}_id") == type_id, (map_type, name)
+
+
+def test_our_unit_features_are_smacs_state():
+    """Protocol units (serialised and parsed back) in the installed smac's env: its
+    ``get_state_dict`` and our ``sc2_units`` agree on every feature both have."""
+    StarCraft2Env = installed_smac()
+
+    def parsed(u):
+        return raw_pb2.Unit.FromString(u.SerializeToString())
+
+    for name, agents, enemies in (
+            ("3s5z_vs_3s6z",
+             [unit(1, 1970, 1, 10.0, 12.0, 60, 80, 20, 80, cooldown=14),
+              unit(2, 1971, 1, 11.0, 13.0, 100, 100, 50, 50, cooldown=11),
+              unit(3, 1971, 1, 12.0, 11.0, 0, 100, 0, 50)],
+             [unit(4, 74, 2, 20.0, 14.0, 80, 80, 40, 80, cooldown=9),
+              unit(5, 73, 2, 21.0, 15.0, 30, 100, 0, 50)]),
+            ("MMM2",
+             [unit(1, 1970, 1, 3.0, 4.0, 125, 125, cooldown=5),
+              unit(2, 1971, 1, 3.5, 4.0, 20, 45, cooldown=15),
+              unit(3, 1972, 1, 4.0, 5.0, 150, 150, energy=120)],
+             [unit(4, 54, 2, 20.0, 20.0, 150, 150, energy=60),
+              unit(5, 48, 2, 21.0, 20.0, 45, 45, cooldown=7)])):
+        env = StarCraft2Env(map_name=name)
+        env.map_x, env.map_y, env.max_distance_x, env.max_distance_y = 32, 32, 24.0, 20.0
+        env._init_ally_unit_types(1970)
+        env.agents = {i: parsed(u) for i, u in enumerate(agents)}
+        env.enemies = {i: parsed(u) for i, u in enumerate(enemies)}
+        state = env.get_state_dict()
+        ours = sc2_units(env.agents, env.enemies, ally_unit_types(env.map_type, 1970))
+        ally, enemy = ours[:len(agents)].double(), ours[len(agents):].double()
+        theirs = torch.from_numpy(state["allies"])[:len(agents)]  # the map's other units: absent
+        alive = ally[:, 6] > 0
+        assert torch.allclose(ally[:, 3], theirs[:, 0])  # health
+        assert torch.allclose(ally[:, 5], theirs[:, 1], atol=1e-6)  # cooldown (medivac: energy)
+        assert torch.allclose(torch.where(alive, (ally[:, 1] - 16) / 24, 0.0), theirs[:, 2])
+        assert torch.allclose(torch.where(alive, (ally[:, 2] - 16) / 20, 0.0), theirs[:, 3])
+        ally_shield = theirs[:, 4]
+        theirs = torch.from_numpy(state["enemies"])[:len(enemies)]
+        assert torch.allclose(enemy[:, 3], theirs[:, 0])
+        assert torch.allclose((enemy[:, 1] - 16) / 24, theirs[:, 1])
+        assert torch.allclose((enemy[:, 2] - 16) / 20, theirs[:, 2])
+        if env.shield_bits_ally:  # protoss
+            assert torch.allclose(ally[:, 4], ally_shield)
+            assert torch.allclose(enemy[:, 4], theirs[:, 3])
+        # an enemy's weapon cooldown is not in SMAC's state (the game does not report it)
+        medivac = enemy[:, 0] == T["medivac"]
+        assert bool((enemy[~medivac, 5] == 0).all())

@@ -42,6 +42,7 @@ def test_node_and_edge_features_read_the_real_state(task):
     assert bool((ally[..., marine] == 1).all()) and float(ally[..., :k].sum()) == N * 5
     assert torch.allclose(ally[..., k + 2], torch.from_numpy(s["unit_health"][:, :5]) / 45.0)
     assert bool((ally[..., k + 3] == 0).all())  # no shields in SMAX
+
     # edge ally 0 -> enemy 2 of battle 1: distance on two axes, then range flags
     e = g["ally", "near", "enemy"]
     per = e.edge_index.size(1) // N
@@ -51,6 +52,27 @@ def test_node_and_edge_features_read_the_real_state(task):
     expected = torch.cat([delta / DISTANCE_SCALE, delta.norm().view(1) / DISTANCE_SCALE,
                           (delta.norm() < 5.0).float().view(1), (delta.norm() < 9.0).float().view(1)])
     assert torch.allclose(e.edge_attr[row], expected, atol=1e-6)
+
+
+def test_cooldowns_of_allies_only_as_on_starcraft():
+    """An ally's weapon cooldown is its fraction of the type's; an enemy's reads 0 (the
+    StarCraft II game does not report it), also while SMAX's enemies are cooling down."""
+    task = SMAXTask("3m", 2, seed=1)
+    gen = torch.Generator().manual_seed(0)
+    k, seen = len(UNIT_TYPES), 0
+    for _ in range(40):
+        avail = task.observe()["avail"]
+        task.step(torch.multinomial(avail.float().view(-1, avail.size(-1)), 1, generator=gen)
+                  .view(avail.shape[:2]))
+        cooldown = torch.from_numpy(jax_state(task)["unit_weapon_cooldowns"])
+        x = task.graphs(task.observe())
+        ally, enemy = x["ally"].x.view(2, 3, -1), x["enemy"].x.view(2, 3, -1)
+        alive = torch.from_numpy(jax_state(task)["unit_alive"]).bool()
+        expected = torch.where(alive[:, :3], (cooldown[:, :3] / 0.61).clamp(0, 1), 0.0)
+        assert torch.allclose(ally[..., k + 4], expected, atol=1e-6)
+        assert bool((enemy[..., k + 4] == 0).all())
+        seen += int((cooldown[:, 3:] > 0).sum())
+    assert seen > 0  # the enemies did fire
 
 
 def test_action_ids_follow_smax(task):

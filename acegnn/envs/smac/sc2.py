@@ -44,6 +44,7 @@ from acegnn.envs.smac.units import (SMAC_ACTIONS, UNIT_COLUMNS, UNIT_TYPES, Batt
                                     UnitStats,
                                     battle_graphs, battle_positions, battle_scene, battle_schema)
 from acegnn.graph import only_noop
+from acegnn.utils.registry import MissingBackend
 
 #: Standard StarCraft II unit type ids (``pysc2.lib.units``) of the units SMAC's enemies
 #: are made of -> name in :data:`UNIT_TYPES`. SMAC keeps these ids for the enemy side
@@ -120,15 +121,19 @@ def ally_unit_types(map_type: str, min_unit_type: int) -> Dict[int, str]:
 def _unit_row(unit: Any, type_name: str, side: str, index: int) -> List[float]:
     """One row of :data:`UNIT_COLUMNS` from a ``raw_pb2.Unit``; normalised as SMAC's
     ``get_state_dict`` does (health over ``health_max``, shield over the unit's maximum,
-    cooldown over ``unit_max_cooldown``, a medivac's energy in its place). A dead unit
-    (health 0) keeps its type and reads zero elsewhere."""
+    cooldown over ``unit_max_cooldown``, a medivac's energy in its place). An enemy's
+    cooldown reads 0: the game does not report it. A dead unit (health 0) keeps its type
+    and reads zero elsewhere."""
     type_id = float(UNIT_TYPES.index(type_name))
     if unit.health <= 0:
         return [type_id, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0]
     if unit.health_max <= 0:
         raise ValueError(f"{side} {index} is alive with health_max {unit.health_max}")
     shield = unit.shield / unit.shield_max if unit.shield_max > 0 else 0.0
-    spent = unit.energy if type_name == "medivac" else unit.weapon_cooldown
+    if type_name == "medivac":
+        spent = unit.energy
+    else:  # the game does not fill an enemy's weapon_cooldown (raw.proto): it reads 0
+        spent = unit.weapon_cooldown if side == "ally" else 0.0
     return [type_id, float(unit.pos.x), float(unit.pos.y), unit.health / unit.health_max,
             shield, spent / MAX_COOLDOWN[type_name], 1.0]
 
@@ -212,8 +217,22 @@ def sc2_spec(n_agents: int, n_enemies: int, map_size: Tuple[float, float], num_s
 
 
 def _make_smac_env(**kwargs: Any) -> Any:
-    from smac.env import StarCraft2Env
+    import google.protobuf
+    from google.protobuf.internal import api_implementation
 
+    if int(google.protobuf.__version__.split(".")[0]) >= 4 and api_implementation.Type() != "python":
+        raise ValueError(
+            f"StarCraft II through smac needs protobuf's pure-Python implementation: the "
+            f"modules of s2clientprotocol do not load with protobuf "
+            f"{google.protobuf.__version__}'s compiled one ({api_implementation.Type()}), and "
+            f"TensorBoard needs protobuf >= 6. Set PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION=python "
+            f"in the environment before starting (docs/sc2.md)")
+    try:
+        from smac.env import StarCraft2Env
+    except ModuleNotFoundError as e:  # SMAC3, the optimiser, is also a package named smac
+        raise MissingBackend(f"env.name=sc2 needs oxwhirl/smac, and the installed smac has no "
+                             f"smac.env ({e}): it may be SMAC3, the hyper-parameter optimiser; "
+                             f"pip uninstall smac, then docs/sc2.md") from None
     return StarCraft2Env(**kwargs)
 
 

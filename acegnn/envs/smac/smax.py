@@ -197,6 +197,8 @@ class _Engine:
         t = s.unit_types.astype(jnp.int32)
         health = s.unit_health / env.unit_type_health[t]
         cooldown = jnp.clip(s.unit_weapon_cooldowns / env.unit_type_weapon_cooldowns[t], 0.0, 1.0)
+        # an enemy's reads 0, as on StarCraft II, whose game does not report it
+        cooldown = cooldown.at[self.n_allies:].set(0.0)
         units = jnp.stack([self._ours[t], s.unit_positions[:, 0], s.unit_positions[:, 1], health,
                            jnp.zeros_like(health), cooldown, s.unit_alive.astype(jnp.float32)], -1)
         avail = env.get_avail_actions(state)

@@ -6,7 +6,8 @@ SMAC" and the action-embedding table), so that one network plays any scenario as
 * **nodes** ``ally`` (the agents) and ``enemy``; features: the unit type one-hot over a
   global vocabulary (:data:`UNIT_TYPES`), the position scaled by the map size, health,
   shield (0 for races without one) and weapon cooldown (a medivac's energy / 200, as
-  SMAC's state has it), each as a fraction of its maximum. The paper's "unit id" is
+  SMAC's state has it; 0 for an enemy, which the game does not report), each as a
+  fraction of its maximum. The paper's "unit id" is
   left out: a one-hot of the unit's index would tie the schema to the map's unit count; the node type and the type one-hot tell units
   apart as far as the value needs.
 * **edges** between every ordered pair of distinct units (four relations
