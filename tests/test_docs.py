@@ -182,3 +182,31 @@ def test_both_learners_train_and_evaluate_through_the_cli(page, run, status, eva
 
 def test_dead_agent_mask(page):
     assert "[[[1, 0, 0, 0, 0], [1, 1, 1, 0, 0]]]" in page["printed"]
+
+
+# docs/encoders.md: the example step, written to a file and trained from the command line
+def test_the_encoder_page_example_trains_resumes_and_is_under_30_lines(tmp_path, monkeypatch):
+    from acegnn.cli import main
+
+    encoders = os.path.join(os.path.dirname(PAGE), "encoders.md")
+    (code,) = [b for b in python_blocks(encoders) if b.startswith("# my_encoders.py")]
+    assert len(code.strip().splitlines()) <= 30
+    (tmp_path / "my_encoders.py").write_text(code)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with open(encoders) as f:
+        command = re.search(r"acegnn train (configs/\S+) (model.conv=\S+) \\\n\s+(\S+)", f.read())
+    config, *overrides = command.groups()
+    tiny = ["train.total_samples=512", "train.samples_per_collect=256", "train.batch_size=16",
+            "train.updates_per_collect=2", "train.learning_starts=256", "train.eval_every=512",
+            "train.eval_episodes=2", "train.progress=false", "model.hidden=16", "env.num_envs=8",
+            "train.stop_on_success=false", "train.checkpoint_every=256"]
+    root = os.path.join(os.path.dirname(PAGE), os.pardir)
+    args = [os.path.join(root, config), *overrides, *tiny, f"run.dir={tmp_path}", "run.name=gm"]
+    assert main(["train", *args, "train.halt_after=256"]) == 3
+    assert main(["train", "--resume", str(tmp_path / "gm")]) == 0
+    from acegnn.config import restore
+
+    cfg, _, task, learner = restore(str(tmp_path / "gm"))
+    task.close()
+    step = learner.net.unit_encoder.conv
+    assert type(step).__name__ == "GatedMean" and step.gate.bias is None  # bias=false reached it

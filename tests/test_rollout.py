@@ -54,12 +54,12 @@ def no_library_encoder(monkeypatch):
     """Make the library's unit encoder and PyG's attention layers fail if called."""
     from torch_geometric.nn import GATv2Conv, TransformerConv
 
-    from acegnn.nn.unit_encoder import UnitEncoder, _PyGConv
+    from acegnn.nn.unit_encoder import PyGUnitConv, UnitEncoder
 
     def fail(*args, **kwargs):
         raise AssertionError("the reference called the library's encoder")
 
-    for cls in (UnitEncoder, _PyGConv, GATv2Conv, TransformerConv):
+    for cls in (UnitEncoder, PyGUnitConv, GATv2Conv, TransformerConv):
         monkeypatch.setattr(cls, "forward", fail)
 
 

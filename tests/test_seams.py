@@ -351,7 +351,7 @@ def test_a_registered_encoder_is_chosen_by_name(tmp_path, line_env):
     from acegnn.nn import UNIT_CONVS, register_unit_conv
 
     @register_unit_conv("test_self_only")
-    class SelfOnly(nn.Module):  # the README's example: ignores the edges
+    class SelfOnly(nn.Module):  # ignores the edges: an ablation
         def __init__(self, schema, hidden):
             super().__init__()
 

@@ -1,8 +1,8 @@
 """The ACE value network: unit encoder, action encoder and value encoder."""
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Optional, Union
+from dataclasses import dataclass, field
+from typing import Any, Dict, Optional, Union
 
 from torch import Tensor, nn
 from torch_geometric.data import Batch, HeteroData
@@ -24,20 +24,26 @@ class ModelConfig(MLPConfig):
     every MLP (:class:`~acegnn.nn.init.MLPConfig`) and the graph parts below."""
 
     conv: str = "ace"
-    """Message-passing step of the unit encoder (``ace``, ``gatv2``, ``transformer`` or a
-    registered name)."""
+    """Message-passing step of the unit encoder: ace (the paper's), gatv2, transformer, a
+    registered name, a layer of torch_geometric.nn that reads edge features (GINEConv,
+    GENConv, GeneralConv, ...), or package.module:Class (docs/encoders.md)."""
+    conv_kwargs: Dict[str, Any] = field(default_factory=dict)
+    """Arguments of the message-passing step's constructor (e.g. heads: 4)."""
+    conv_layers: int = 1
+    """Message-passing steps one after the other, each with its own weights."""
     pool: str = "mean"
     """Pooling of the value encoder: ``mean``, ``sum``, ``max`` or ``mean_max``."""
     passive: bool = True
     """Passive action embeddings (False: the ACE-w/o-IA ablation)."""
 
     def __post_init__(self) -> None:
-        from acegnn.nn.unit_encoder import UNIT_CONVS
+        from acegnn.nn.unit_encoder import unit_conv
         from acegnn.nn.value_head import POOLS
 
         super().__post_init__()
-        if self.conv not in UNIT_CONVS:
-            raise ValueError(f"model.conv must be one of {sorted(UNIT_CONVS)} (got {self.conv!r})")
+        unit_conv(self.conv)  # a clear error for a step that cannot be found
+        if self.conv_layers < 1:
+            raise ValueError(f"model.conv_layers must be at least 1 (got {self.conv_layers})")
         if self.pool not in POOLS:
             raise ValueError(f"model.pool must be one of {sorted(POOLS)} (got {self.pool!r})")
 
@@ -52,8 +58,8 @@ class ACENetwork(nn.Module):
     Args:
         schema (GraphSchema): The environment's schema.
         hidden (int, optional): Embedding width. (default: :obj:`128`)
-        conv (str, optional): Message-passing step of the unit encoder, a name in
-            :data:`acegnn.nn.UNIT_CONVS`. (default: :obj:`"ace"`)
+        conv (str, optional): Message-passing step of the unit encoder, as
+            :func:`acegnn.nn.unit_encoder.unit_conv` reads it. (default: :obj:`"ace"`)
         pool (str, optional): Pooling of the value encoder. (default: :obj:`"mean"`)
         passive (bool, optional): Passive action embeddings; :obj:`False` is the
             ACE-w/o-IA ablation. (default: :obj:`True`)
@@ -62,17 +68,18 @@ class ACENetwork(nn.Module):
             (default: :obj:`1`, the paper's fc + ReLU)
         init (str, optional): Initialisation scheme, ``"torch"`` or ``"he"`` (see
             :mod:`acegnn.nn.init`). (default: :obj:`"torch"`)
+        conv_layers (int, optional): Message-passing steps. (default: :obj:`1`)
     """
 
     def __init__(self, schema: GraphSchema, hidden: int = 128, conv: str = "ace",
                  pool: str = "mean", passive: bool = True,
                  conv_kwargs: Optional[dict] = None, layers: int = 1,
-                 init: str = "torch") -> None:
+                 init: str = "torch", conv_layers: int = 1) -> None:
         super().__init__()
         if not isinstance(hidden, int) or hidden <= 0:
             raise ValueError(f"hidden must be a positive int (got {hidden!r})")
         self.schema, self.hidden = schema, hidden
-        self.unit_encoder = UnitEncoder(schema, hidden, conv, conv_kwargs, layers)
+        self.unit_encoder = UnitEncoder(schema, hidden, conv, conv_kwargs, layers, conv_layers)
         self.action_encoder = ActionEncoder(schema, hidden, passive, layers)
         self.value_head = ValueHead(hidden, pool, layers)
         self.init = init
@@ -81,7 +88,8 @@ class ACENetwork(nn.Module):
     @classmethod
     def from_config(cls, schema: GraphSchema, cfg: ModelConfig) -> "ACENetwork":
         return cls(schema, hidden=cfg.hidden, conv=cfg.conv, pool=cfg.pool, passive=cfg.passive,
-                   layers=cfg.layers, init=cfg.init)
+                   conv_kwargs=dict(cfg.conv_kwargs), layers=cfg.layers, init=cfg.init,
+                   conv_layers=cfg.conv_layers)
 
     def reset_parameters(self) -> None:
         self.unit_encoder.reset_parameters()

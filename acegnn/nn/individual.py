@@ -212,7 +212,8 @@ class IndividualQ(nn.Module):
         schema, hidden, layers = net.schema, model.hidden, model.layers
         fresh = []
         if share == "none":
-            unit = UnitEncoder(schema, hidden, model.conv, None, layers)
+            unit = UnitEncoder(schema, hidden, model.conv, dict(model.conv_kwargs), layers,
+                               model.conv_layers)
             action = ActionEncoder(schema, hidden, model.passive, layers)
             fresh += [unit, action]
         else:

@@ -1,7 +1,9 @@
-"""Unit encoder: per-type node and edge encoders, then one message-passing step.
+"""Unit encoder: per-type node and edge encoders, then message-passing steps.
 
-The message-passing step is picked by name from :data:`UNIT_CONVS`; register your own
-with :func:`register_unit_conv`. A step takes the node embeddings ``h_dict``, the
+The message-passing step (:class:`UnitConv`) is picked by :func:`unit_conv`: a name
+registered in :data:`UNIT_CONVS` (:func:`register_unit_conv`), the name of a PyG layer
+that reads edge features (``GINEConv``: :class:`PyGUnitConv` adapts it), or
+``package.module:Class``, imported when the network is built. A step takes the node embeddings ``h_dict``, the
 ``edge_index_dict`` and the edge embeddings ``edge_emb_dict`` (all of width
 ``hidden``) and returns new node embeddings of the same shapes; the edges of units that
 are not alive are removed before. A step with ``encodes_edges = True`` is instead called
@@ -12,15 +14,40 @@ embedding at once, see :func:`edge_sum`) and must leave out the edges that
 """
 from __future__ import annotations
 
-from typing import Callable, Dict, Optional, Type
+import importlib
+import inspect
+from typing import Any, Callable, Dict, Optional, Protocol, Type, runtime_checkable
 
 import torch
+import torch_geometric.nn as pyg_nn
 from torch import Tensor, nn
 from torch_geometric.nn import GATv2Conv, HeteroConv, TransformerConv
+from torch_geometric.nn.conv import MessagePassing
 
 from acegnn.graph.schema import EdgeType, GraphSchema
 
 UNIT_CONVS: Dict[str, Type[nn.Module]] = {}
+
+
+@runtime_checkable
+class UnitConv(Protocol):
+    """The contract of a message-passing step of the unit encoder.
+
+    Built as ``cls(schema, hidden, **conv_kwargs)`` (``model.conv_kwargs``), it is an
+    ``nn.Module`` whose ``forward(h_dict, edge_index_dict, edge_emb_dict)`` maps the node
+    embeddings ``{type: [N_t, hidden]}`` to new ones of the same shapes, given every edge
+    type's ``[2, E]`` indices and ``[E, hidden]`` edge embeddings (the edge encoders'
+    output). The edges from and to dead units are already removed, so a dead unit
+    receives nothing and its row may be returned as it came (nothing downstream reads
+    it). ``reset_parameters()`` re-initialises its weights. It may assume nothing about
+    the order of edges, and must be a function of the graph: batched graphs are one
+    graph of disjoint parts.
+    """
+
+    def forward(self, h_dict: Dict[str, Tensor], edge_index_dict: Dict[EdgeType, Tensor],
+                edge_emb_dict: Dict[EdgeType, Tensor]) -> Dict[str, Tensor]: ...
+
+    def reset_parameters(self) -> None: ...
 
 
 def register_unit_conv(name: str) -> Callable[[Type[nn.Module]], Type[nn.Module]]:
@@ -188,17 +215,90 @@ class MeanEdgeConv(nn.Module):
         return f"{self.__class__.__name__}({self.hidden})"
 
 
-class _PyGConv(nn.Module):
-    """A PyG convolution with edge features per edge type, summed over edge types,
-    added to the node embedding as a residual: ``h + relu(conv(h))``."""
+#: The argument of a PyG layer that sizes its edge features, by argument name.
+EDGE_ARGS = ("edge_dim", "in_edge_channels", "dim")
 
-    def __init__(self, schema: GraphSchema, hidden: int, make_conv: Callable[[], nn.Module],
-                 heads: int) -> None:
+
+class PyGUnitConv(nn.Module):
+    """Any PyG message-passing layer that reads edge features, one per edge type,
+    summed over edge types (:class:`~torch_geometric.nn.HeteroConv`) and added to the
+    node embedding as a residual: ``h + relu(conv(h))``.
+
+    The layer is built from its signature: node widths ``in_channels=(hidden, hidden)``
+    (or ``hidden`` where it takes no pair; ``channels`` likewise) and ``out_channels``
+    (``hidden / heads`` where heads are concatenated), the edge width ``hidden`` through
+    whichever of :data:`EDGE_ARGS` it has, ``nn`` (GINE's) a 2-layer MLP, no self
+    loops (a self loop has no edge features), and layer instead of batch normalisation
+    (``norm``, GENConv's): batch statistics would make a unit's embedding depend on the
+    other states of the batch and on dead units. ``kwargs`` (``model.conv_kwargs``) are
+    passed on and take precedence. A layer with no edge-feature argument (``GCNConv``,
+    ``SAGEConv``), one that needs a tensor argument (``PNAConv``'s ``deg``), or one whose
+    output is not ``hidden`` wide is refused at construction with the reason.
+
+    Args:
+        schema (GraphSchema): The environment's schema.
+        hidden (int): Embedding width.
+        layer (type): The PyG layer class (a :class:`MessagePassing`).
+        **kwargs: Its other arguments.
+    """
+
+    def __init__(self, schema: GraphSchema, hidden: int, layer: Type[MessagePassing],
+                 **kwargs: Any) -> None:
         super().__init__()
-        self.hidden, self.heads = hidden, heads
+        self.hidden, self.layer = hidden, layer.__name__
+        params = inspect.signature(layer.__init__).parameters
+        edge_arg = next((a for a in EDGE_ARGS if a in params), None)
+        if edge_arg is None:
+            raise ValueError(f"{layer.__name__} takes no edge features (none of the arguments "
+                             f"{list(EDGE_ARGS)}): the unit encoder's edges carry features, "
+                             f"so it cannot be a unit conv")
+        heads = int(kwargs.get("heads", 1))
+        concat = kwargs.get("concat", params["concat"].default if "concat" in params else False)
         if hidden % heads != 0:
             raise ValueError(f"hidden ({hidden}) must be divisible by heads (got {heads})")
-        self.conv = HeteroConv({et: make_conv() for et in schema.edge_types}, aggr="sum")
+        self.heads = heads
+        built: Dict[str, Any] = {edge_arg: hidden}
+        for name in ("in_channels", "channels"):
+            if name in params:
+                pair = "Tuple" in str(params[name].annotation)
+                built[name] = (hidden, hidden) if pair else hidden
+        if "out_channels" in params:
+            built["out_channels"] = hidden // heads if concat and heads > 1 else hidden
+        if "add_self_loops" in params:
+            built["add_self_loops"] = False
+        if "norm" in params and params["norm"].default == "batch":  # GENConv's MLP
+            built["norm"] = "layer"
+        built.update(kwargs)
+        missing = [n for n, p in params.items()
+                   if n not in ("self", "nn") and p.default is inspect.Parameter.empty
+                   and p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL) and n not in built]
+        if missing:
+            raise ValueError(f"{layer.__name__} needs {missing}: give them in model.conv_kwargs "
+                             f"(values a YAML file can hold)")
+
+        def make() -> nn.Module:
+            extra = {"nn": mlp(hidden, hidden, 2)} if "nn" in params and "nn" not in built else {}
+            return layer(**built, **extra)
+
+        self.conv = HeteroConv({et: make() for et in schema.edge_types}, aggr="sum")
+        self._check_width(schema)
+
+    def _check_width(self, schema: GraphSchema) -> None:
+        """One forward of two units per type: the output must be ``hidden`` wide."""
+        h = {t: torch.zeros(2, self.hidden) for t in schema.node_types}
+        ei = {et: torch.tensor([[0, 1], [1, 0]]) for et in schema.edge_types}
+        ea = {et: torch.zeros(2, self.hidden) for et in schema.edge_types}
+        try:
+            with torch.no_grad():
+                out = self.conv(h, ei, edge_attr_dict=ea)
+        except Exception as e:  # e.g. a layer that takes no (source, target) pair of inputs
+            raise ValueError(f"{self.layer} fails on the edge types of this schema "
+                             f"{list(schema.edge_types)} (some join two node types, given as a "
+                             f"(source, target) pair of inputs): {type(e).__name__}: {e}") from None
+        widths = {t: int(v.size(-1)) for t, v in out.items()}
+        if any(w != self.hidden for w in widths.values()):
+            raise ValueError(f"{self.layer} gives outputs {widths} wide, not hidden="
+                             f"{self.hidden}; set its width arguments in model.conv_kwargs")
 
     def reset_parameters(self) -> None:
         self.conv.reset_parameters()
@@ -209,26 +309,66 @@ class _PyGConv(nn.Module):
         return {t: h + torch.relu(msg[t]) if t in msg else h for t, h in h_dict.items()}
 
     def __repr__(self) -> str:
-        return f"{self.__class__.__name__}({self.hidden}, heads={self.heads})"
+        return f"{self.__class__.__name__}({self.layer}, {self.hidden}, heads={self.heads})"
 
 
 @register_unit_conv("gatv2")
-class GATv2UnitConv(_PyGConv):
+class GATv2UnitConv(PyGUnitConv):
     """:class:`torch_geometric.nn.GATv2Conv` with edge features, one per edge type."""
 
-    def __init__(self, schema: GraphSchema, hidden: int, heads: int = 1, **kwargs) -> None:
-        super().__init__(schema, hidden, lambda: GATv2Conv(
-            (hidden, hidden), hidden // heads, heads=heads, edge_dim=hidden,
-            add_self_loops=False, **kwargs), heads)
+    def __init__(self, schema: GraphSchema, hidden: int, **kwargs: Any) -> None:
+        super().__init__(schema, hidden, GATv2Conv, **kwargs)
 
 
 @register_unit_conv("transformer")
-class TransformerUnitConv(_PyGConv):
+class TransformerUnitConv(PyGUnitConv):
     """:class:`torch_geometric.nn.TransformerConv` with edge features, one per edge type."""
 
-    def __init__(self, schema: GraphSchema, hidden: int, heads: int = 1, **kwargs) -> None:
-        super().__init__(schema, hidden, lambda: TransformerConv(
-            (hidden, hidden), hidden // heads, heads=heads, edge_dim=hidden, **kwargs), heads)
+    def __init__(self, schema: GraphSchema, hidden: int, **kwargs: Any) -> None:
+        super().__init__(schema, hidden, TransformerConv, **kwargs)
+
+
+def unit_conv(name: str) -> Callable[..., nn.Module]:
+    """The message-passing step ``model.conv`` names, as ``factory(schema, hidden,
+    **kwargs)``: a name in :data:`UNIT_CONVS`; a PyG layer of ``torch_geometric.nn``
+    by its class name (``GINEConv``), adapted by :class:`PyGUnitConv`; or
+    ``package.module:Class``, imported now (a PyG layer there is adapted too)."""
+    if name in UNIT_CONVS:
+        return UNIT_CONVS[name]
+    if ":" in name:
+        module, _, attr = name.partition(":")
+        try:
+            cls = getattr(importlib.import_module(module), attr)
+        except (ImportError, AttributeError) as e:
+            raise ValueError(f"model.conv={name!r} cannot be imported: {e}") from None
+    elif isinstance(getattr(pyg_nn, name, None), type):
+        cls = getattr(pyg_nn, name)
+    else:
+        raise ValueError(f"model.conv={name!r} is neither registered {sorted(UNIT_CONVS)}, nor a "
+                         f"layer of torch_geometric.nn, nor package.module:Class")
+    if isinstance(cls, type) and issubclass(cls, MessagePassing):
+        return lambda schema, hidden, **kw: PyGUnitConv(schema, hidden, cls, **kw)
+    return cls
+
+
+def check_unit_conv(module: Any, name: str) -> None:
+    """Raise ``TypeError`` naming what ``module`` (built from ``model.conv=name``) lacks
+    of the :class:`UnitConv` contract."""
+    lacks = [what for what, ok in (
+        ("to be an nn.Module", isinstance(module, nn.Module)),
+        ("a reset_parameters() method", callable(getattr(module, "reset_parameters", None))),
+        ("forward_encoding() (it sets encodes_edges)",
+         not getattr(module, "encodes_edges", False) or callable(getattr(module, "forward_encoding", None))))
+        if not ok]
+    forward = getattr(module, "forward", None)
+    if isinstance(module, nn.Module) and forward is not None:
+        try:
+            inspect.signature(forward).bind(None, None, None)
+        except TypeError:
+            lacks.append("forward(h_dict, edge_index_dict, edge_emb_dict)")
+    if lacks:
+        raise TypeError(f"model.conv={name!r} does not meet the unit conv contract "
+                        f"(acegnn.nn.unit_encoder.UnitConv): it needs {', '.join(lacks)}")
 
 
 class UnitEncoder(nn.Module):
@@ -238,10 +378,12 @@ class UnitEncoder(nn.Module):
     Args:
         schema (GraphSchema): The environment's schema.
         hidden (int): Embedding width.
-        conv (str, optional): Name of the message-passing step in :data:`UNIT_CONVS`.
+        conv (str, optional): The message-passing step, as :func:`unit_conv` reads it.
             (default: :obj:`"ace"`)
         conv_kwargs (dict, optional): Extra arguments of the step. (default: :obj:`None`)
         layers (int, optional): Depth of the node and edge encoders. (default: :obj:`1`)
+        conv_layers (int, optional): Message-passing steps, one after the other, each
+            with its own weights and the same edge embeddings. (default: :obj:`1`)
 
     Shapes:
         - **input:** ``x_dict`` ``{t: [N_t, F_t]}``, ``edge_index_dict`` ``{e: [2, E_e]}``,
@@ -250,21 +392,39 @@ class UnitEncoder(nn.Module):
     """
 
     def __init__(self, schema: GraphSchema, hidden: int, conv: str = "ace",
-                 conv_kwargs: Optional[dict] = None, layers: int = 1) -> None:
+                 conv_kwargs: Optional[dict] = None, layers: int = 1,
+                 conv_layers: int = 1) -> None:
         super().__init__()
-        if conv not in UNIT_CONVS:
-            raise ValueError(f"unknown unit conv '{conv}' (registered: {sorted(UNIT_CONVS)})")
+        if conv_layers < 1:
+            raise ValueError(f"conv_layers must be at least 1 (got {conv_layers})")
         self.schema, self.hidden, self.conv_name = schema, hidden, conv
         self.node_encoders = nn.ModuleDict({t: mlp(f, hidden, layers)
                                             for t, f in schema.node_types.items()})
         self.edge_encoders = nn.ModuleDict({
             edge_key(et): mlp(f, hidden, layers) for et, f in schema.edge_types.items()})
-        self.conv = UNIT_CONVS[conv](schema, hidden, **(conv_kwargs or {}))
+        factory = unit_conv(conv)
+        steps = []
+        for _ in range(conv_layers):
+            try:
+                step = factory(schema, hidden, **dict(conv_kwargs or {}))
+            except TypeError as e:
+                raise ValueError(f"model.conv={conv!r} with model.conv_kwargs="
+                                 f"{dict(conv_kwargs or {})}: {e}") from None
+            check_unit_conv(step, conv)
+            steps.append(step)
+        self.conv = steps[0]  # the first step (its parameters' names as before conv_layers)
+        self.more_convs = nn.ModuleList(steps[1:])
+
+    @property
+    def convs(self) -> list:
+        """The message-passing steps, in order."""
+        return [self.conv, *self.more_convs]
 
     def reset_parameters(self) -> None:
         for m in list(self.node_encoders.values()) + list(self.edge_encoders.values()):
             reset_mlp(m)
-        self.conv.reset_parameters()
+        for step in self.convs:
+            step.reset_parameters()
 
     def forward(self, x_dict: Dict[str, Tensor], edge_index_dict: Dict[EdgeType, Tensor],
                 edge_attr_dict: Dict[EdgeType, Tensor],
@@ -285,12 +445,18 @@ class UnitEncoder(nn.Module):
                         keep = k if keep is None else keep & k
                 if keep is not None:
                     keep_dict[et] = keep
-        if getattr(self.conv, "encodes_edges", False):
-            return self.conv.forward_encoding(h_dict, ei, ea, self.edge_encoders, keep_dict)
-        for et, keep in keep_dict.items():
-            ei[et], ea[et] = ei[et][:, keep], ea[et][keep]  # [2, E_alive]
-        edge_emb = {et: self.edge_encoders[edge_key(et)](ea[et]) for et in self.schema.edge_types}
-        return self.conv(h_dict, ei, edge_emb)
+        edge_emb = None
+        for step in self.convs:
+            if getattr(step, "encodes_edges", False):
+                h_dict = step.forward_encoding(h_dict, ei, ea, self.edge_encoders, keep_dict)
+                continue
+            if edge_emb is None:
+                live = {et: (e[:, keep_dict[et]], ea[et][keep_dict[et]]) if et in keep_dict
+                        else (e, ea[et]) for et, e in ei.items()}  # [2, E_alive]
+                ei_live = {et: v[0] for et, v in live.items()}
+                edge_emb = {et: self.edge_encoders[edge_key(et)](v[1]) for et, v in live.items()}
+            h_dict = step(h_dict, ei_live, edge_emb)
+        return h_dict
 
     def __repr__(self) -> str:
         return f"{self.__class__.__name__}({self.hidden}, conv={self.conv_name})"

@@ -1,0 +1,134 @@
+"""Graph encoders from the config: any PyG layer that reads edge features, a user's class
+by import path, keyword arguments, several message-passing steps, and the contract."""
+import textwrap
+
+import pytest
+import torch
+
+from acegnn.cli import main
+from acegnn.config import load_config
+from acegnn.envs.synthetic import random_state, smac_like_schema
+from acegnn.graph import collate
+from acegnn.nn import ACENetwork
+
+SCHEMA = smac_like_schema()
+SPIDERS = "configs/spiders_fly_5x5.yaml"
+TINY = ["train.total_samples=256", "train.samples_per_collect=128", "train.batch_size=16",
+        "train.updates_per_collect=1", "train.learning_starts=128", "train.eval_every=256",
+        "train.eval_episodes=2", "train.progress=false", "model.hidden=16", "env.num_envs=8",
+        "train.stop_on_success=false"]
+
+
+def states(seed=0, dead=False):
+    g = torch.Generator().manual_seed(seed)
+    s = random_state(SCHEMA, 3, 2, g)
+    if dead:
+        s["enemy"].alive = torch.tensor([True, False])
+    return s
+
+
+def values(net, s):
+    return net.rollout(collate([s])).chosen_value
+
+
+@pytest.mark.parametrize("conv, kwargs", [
+    ("GINEConv", {}), ("GENConv", {}), ("GeneralConv", {}), ("GATv2Conv", {"heads": 4}),
+    ("TransformerConv", {"heads": 2}), ("GATConv", {}), ("ResGatedGraphConv", {}),
+    ("CGConv", {})])
+def test_a_pyg_layer_that_reads_edge_features_is_a_unit_conv_by_name(conv, kwargs):
+    torch.manual_seed(0)
+    net = ACENetwork(SCHEMA, hidden=16, conv=conv, conv_kwargs=kwargs)
+    s = states()
+    moved = s.clone()
+    for et in SCHEMA.edge_types:
+        moved[et].edge_attr = moved[et].edge_attr + 1.0
+    assert not torch.allclose(values(net, s), values(net, moved))  # the edges are read
+    dead = states(dead=True)
+    other = dead.clone()
+    other["enemy"].x[1] += 5.0  # a dead unit's features change nothing
+    assert torch.allclose(values(net, dead), values(net, other))
+    values(net, s).sum().backward()
+    step = net.unit_encoder.conv
+    assert all(p.grad is not None for p in step.parameters() if p.requires_grad)
+    assert step.heads == kwargs.get("heads", 1)
+
+
+def test_layers_that_cannot_be_unit_convs_are_refused_with_the_reason():
+    for conv, message in (("SAGEConv", "SAGEConv takes no edge features"),
+                          ("PNAConv", r"PNAConv needs \['aggregators', 'scalers', 'deg'\]"),
+                          ("PDNConv", r"PDNConv needs \['hidden_channels'\]"),
+                          ("no_such_conv", "neither registered"),
+                          ("acegnn_no_such_module:Conv", "cannot be imported"),
+                          ("torch.nn:Identity", r"does not meet the unit conv contract.*needs a "
+                           r"reset_parameters\(\) method, forward\(h_dict")):
+        with pytest.raises((ValueError, TypeError), match=message):
+            ACENetwork(SCHEMA, hidden=16, conv=conv)
+    with pytest.raises(ValueError, match="PDNConv fails on the edge types of this schema"):
+        ACENetwork(SCHEMA, hidden=16, conv="PDNConv", conv_kwargs={"hidden_channels": 8})
+    with pytest.raises(ValueError, match="hidden .16. must be divisible by heads .got 3."):
+        ACENetwork(SCHEMA, hidden=16, conv="gatv2", conv_kwargs={"heads": 3})
+    with pytest.raises(ValueError, match="with model.conv_kwargs=.*unexpected keyword"):
+        ACENetwork(SCHEMA, hidden=16, conv="ace", conv_kwargs={"heads": 2})
+
+
+def test_several_message_passing_steps_each_with_weights_of_its_own():
+    torch.manual_seed(0)
+    one = ACENetwork(SCHEMA, hidden=16, conv="gatv2")
+    torch.manual_seed(0)
+    two = ACENetwork(SCHEMA, hidden=16, conv="gatv2", conv_layers=2)
+    steps = two.unit_encoder.convs
+    assert len(steps) == 2 and steps[0] is two.unit_encoder.conv
+    assert sum(p.numel() for p in two.parameters()) == \
+        sum(p.numel() for p in one.parameters()) + sum(p.numel() for p in steps[1].parameters())
+    s = states()
+    before = values(two, s)
+    with torch.no_grad():
+        for p in steps[1].parameters():
+            p.add_(0.5)
+    assert not torch.allclose(before, values(two, s))  # the second step is applied
+    for conv in ("ace", "GINEConv"):  # the paper's step encodes edges itself: also stacked
+        deep = ACENetwork(SCHEMA, hidden=16, conv=conv, conv_layers=3)
+        assert values(deep, s).shape == before.shape
+    with pytest.raises(ValueError, match="model.conv_layers must be at least 1"):
+        load_config(SPIDERS, ["model.conv_layers=0"])
+
+
+def test_conv_kwargs_from_the_config_reach_the_layer():
+    cfg = load_config(SPIDERS, ["model.conv=gatv2", "model.conv_kwargs.heads=4",
+                                "model.conv_kwargs.dropout=0.0"])
+    assert dict(cfg.model.conv_kwargs) == {"heads": 4, "dropout": 0.0}
+    net = ACENetwork.from_config(SCHEMA, cfg.model)
+    layer = next(iter(net.unit_encoder.conv.conv.convs.values()))
+    assert layer.heads == 4 and layer.out_channels == cfg.model.hidden // 4
+    with pytest.raises(ValueError, match="neither registered"):
+        load_config(SPIDERS, ["model.conv=NoSuchConv"])
+
+
+def test_a_users_encoder_by_import_path_trains_resumes_and_evaluates(tmp_path, monkeypatch):
+    (tmp_path / "my_encoders.py").write_text(textwrap.dedent('''
+        from torch import nn
+
+        class Scaled(nn.Module):  # the unit embedding plus a scaled mean of the edges
+            def __init__(self, schema, hidden, scale=1.0):
+                super().__init__()
+                self.scale, self.lin = scale, nn.Linear(hidden, hidden)
+
+            def reset_parameters(self):
+                self.lin.reset_parameters()
+
+            def forward(self, h_dict, edge_index_dict, edge_emb_dict):
+                out = dict(h_dict)
+                for (src, _, dst), ei in edge_index_dict.items():
+                    msg = self.lin(edge_emb_dict[(src, _, dst)])
+                    out[dst] = out[dst].index_add(0, ei[1], self.scale * msg)
+                return out
+    '''))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    run = tmp_path / "runs" / "mine"
+    args = [*TINY, "model.conv=my_encoders:Scaled", "model.conv_kwargs.scale=0.5",
+            f"run.dir={tmp_path / 'runs'}", "run.name=mine"]
+    assert main(["train", SPIDERS, *args, "train.halt_after=128",
+                 "train.checkpoint_every=128"]) == 3  # "killed" after a checkpoint
+    assert main(["train", "--resume", str(run)]) == 0
+    assert main(["eval", str(run), "--episodes", "2"]) == 0
+    assert "my_encoders:Scaled" in (run / "config.yaml").read_text()
