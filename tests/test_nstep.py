@@ -243,6 +243,7 @@ def graphs(s):
 
 def ace(**algo):
     torch.manual_seed(0)
+    algo = {"intermediate_discount": False, **algo}  # gamma per environment step throughout
     lrn = ACEDQN(spiders_fly_schema(), ACEDQNConfig(gamma=G, nstep=3, **algo), ModelConfig(hidden=16))
     with torch.no_grad():  # a target network away from the online one
         for p in lrn.target_net.parameters():
@@ -257,7 +258,8 @@ def greedy_slot(values):
 @pytest.mark.parametrize("double_q", [False, True])
 def test_eq1_targets_bootstrap_from_the_state_after_m_steps(double_q):
     """The last agent's target is R + discount * max_a V'(s_{t+m, a}); the first agent's
-    keeps gamma * max_a V'(s_{a_1, a}) inside the step; s_{t+1} is not read."""
+    keeps max_a V'(s_{a_1, a}) inside the step (no discount there: the n-step return
+    discounts per environment step); s_{t+1} is not read."""
     lrn = ace(double_q=double_q)
     td = lrn.td_targets(graphs(S), ACTIONS, RETURN, TERMINATED, graphs(S_NEXT),
                         boot_graphs=graphs(S_BOOT), discount=DISCOUNT)
@@ -273,10 +275,18 @@ def test_eq1_targets_bootstrap_from_the_state_after_m_steps(double_q):
             inner, boot = t_steps[1][greedy_slot(o_steps[1])], t_boot[greedy_slot(o_boot)]
         else:
             inner, boot = max(t_steps[1].values()), max(t_boot.values())
-        ref += [G * float(inner), float(RETURN[b]) + float(DISCOUNT[b]) * float(boot)]
+        ref += [float(inner), float(RETURN[b]) + float(DISCOUNT[b]) * float(boot)]
     assert torch.allclose(td.target, torch.tensor(ref), atol=1e-5)
     one = lrn.td_targets(graphs(S), ACTIONS, RETURN, TERMINATED, graphs(S_BOOT))
     assert not torch.allclose(one.target[1], td.target[1])  # the discount is the replayed one
+
+
+def test_eq1_with_a_discount_per_se_state_and_n_step_returns_is_refused():
+    with pytest.raises(ValueError, match="mixes two discounts"):
+        ACEDQNConfig(nstep=3, target="eq1", intermediate_discount=True)
+    ACEDQNConfig(nstep=3, target="eq1", intermediate_discount=False)
+    ACEDQNConfig(nstep=3, target="last_agent", intermediate_discount=True)
+    ACEDQNConfig(nstep=1, target="eq1", intermediate_discount=True)
 
 
 def test_last_agent_targets_bootstrap_from_the_state_after_m_steps():
@@ -357,8 +367,9 @@ def test_one_step_discount_gives_bit_identical_updates(learner):
 def test_resume_with_pending_steps_gives_the_same_run(tmp_path):
     from test_train_cli import assert_same_run, train
 
-    assert train(tmp_path, "full", "algo.nstep=3") == 0
-    assert train(tmp_path, "cut", "algo.nstep=3", "train.halt_after=768") == 3
+    n = ["algo.nstep=3", "algo.intermediate_discount=false"]
+    assert train(tmp_path, "full", *n) == 0
+    assert train(tmp_path, "cut", *n, "train.halt_after=768") == 3
     state = torch.load(tmp_path / "cut" / "checkpoint.pt", weights_only=True)
     assert int(state["nstep_window"]["count"].sum()) > 0  # steps were pending at the cut
     assert state["buffer"]["discount"].unique().numel() > 1  # gamma^3 and shorter ends

@@ -20,7 +20,9 @@ last SE-state's target by the ``m``-step one, :math:`R_t + \gamma_t \max_{a_1}
 V'(s_{t+m, a_1})` with :math:`R_t = \sum_{k<m} \gamma^k r_{t+k}` and the replayed
 discount :math:`\gamma_t = \gamma^m` (0 when the episode terminated within the ``m``
 steps); the SE-states inside the step keep :math:`\gamma_{se} V'` of the next SE-state,
-and the last-agent target below bootstraps likewise.
+and the last-agent target below bootstraps likewise. The return discounts per
+environment step, so with ``eq1`` it needs ``intermediate_discount`` off (one discount
+per environment step throughout); the mix is refused.
 
 ``target="last_agent"`` is the official code's target instead (``SMACACEDQNPolicy.
 _forward_learn`` of opendilab/ACE, with ``nstep=1``): every SE-state of the step regresses
@@ -94,6 +96,15 @@ class ACEDQNConfig(QLearningConfig):
             raise ValueError(f"algo.target must be one of {list(TARGETS)} (got {self.target!r})")
         if not 0.0 <= self.aux_weight < float("inf"):
             raise ValueError(f"algo.aux_weight must be finite and >= 0 (got {self.aux_weight})")
+        if self.nstep > 1 and self.target == "eq1" and self.intermediate_discount:
+            # Eq. 1 discounts each SE-state (gamma^n_agents per environment step), the
+            # n-step return each environment step: the two would mix in one target
+            raise ValueError(
+                "algo.nstep > 1 with algo.target=eq1 and algo.intermediate_discount=true mixes "
+                "two discounts: gamma per SE-state inside a step (Eq. 1) and gamma per "
+                "environment step in the n-step return. Set algo.intermediate_discount=false "
+                "(gamma per environment step throughout), algo.target=last_agent (the official "
+                "code's), or algo.nstep=1")
 
 
 class NextStateHead(nn.Module):
