@@ -423,3 +423,89 @@ def test_train_then_resume_gives_the_same_run(tmp_path):
         assert torch.equal(v, wb["net"][k]), k
     assert torch.equal(wa["value_norm"]["var"], wb["value_norm"]["var"])
     assert main(["eval", str(full), "--episodes", "4"]) == 0
+
+
+# The update step against mistakes that a loss computed by hand would not show ---------------
+def pool_learner(**cfg):
+    """ACE-PPO on 8 synthetic states of 2 agents each, observations ``{"i": index}``."""
+    torch.manual_seed(0)
+    g = torch.Generator().manual_seed(5)
+    schema = smac_like_schema()
+    pool = [random_state(schema, 2, 3, g, mask_prob=0.3) for _ in range(8)]
+    lrn = ACEPPO(schema, ACEPPOConfig(value_norm=False, **cfg), ModelConfig(hidden=16))
+
+    def graphs(obs):
+        return collate([pool[int(i)] for i in obs["i"]])
+
+    return lrn, graphs
+
+
+def a_minibatch(lrn, graphs, rows=(0, 1, 2, 3)):
+    obs = {"i": torch.tensor(rows)}
+    actions, ex = lrn.explore(graphs(obs), torch.Generator().manual_seed(1))
+    m, n = ex["log_prob"].shape
+    return (graphs(obs), actions.view(m, n), ex["rank"], ex["log_prob"], ex["choice"],
+            torch.cat([ex["first_value"].unsqueeze(1), ex["value"]], 1))
+
+
+def taken_log_prob(lrn, g, actions, rank):
+    with torch.no_grad():
+        log_prob, _, _ = lrn.evaluate_actions(g, actions, rank)
+    return log_prob.view(actions.shape)
+
+
+def test_a_step_makes_a_decision_with_positive_advantage_more_likely():
+    lrn, graphs = pool_learner(value_weight=0.0, entropy_weight=0.0, clip_ratio=0.2, lr=1e-3)
+    g, actions, rank, old, choice, old_out = a_minibatch(lrn, graphs)
+    b, i = (choice).nonzero()[0].tolist()  # a decision with a choice
+    advantage = torch.zeros_like(old)
+    advantage[b, i] = 1.0  # better than expected; the others as expected
+    before = taken_log_prob(lrn, g, actions, rank)
+    lrn._step(g, actions, rank, old, advantage, choice, old_out, old_out)
+    after = taken_log_prob(lrn, g, actions, rank)
+    assert after[b, i] > before[b, i] + 1e-4
+
+
+def test_the_ratio_is_to_the_collecting_policy_and_clips_its_gradient():
+    """Decisions already far more likely than when collected (ratio e > 1 + clip) with a
+    positive advantage: the clipped objective is flat, so the step changes nothing."""
+    lrn, graphs = pool_learner(value_weight=0.0, entropy_weight=0.0, clip_ratio=0.2,
+                               adv_norm=False, lr=1e-3)
+    g, actions, rank, current, choice, old_out = a_minibatch(lrn, graphs)
+    weights = [p.detach().clone() for p in lrn.net.parameters()]
+    m = lrn._step(g, actions, rank, current - 1.0, torch.ones_like(current), choice, old_out,
+                  old_out)
+    assert m["clip_fraction"] == 1.0
+    assert all(torch.equal(p, w) for p, w in zip(lrn.net.parameters(), weights))
+    lrn._step(g, actions, rank, current, torch.ones_like(current), choice, old_out, old_out)
+    assert not all(torch.equal(p, w) for p, w in zip(lrn.net.parameters(), weights))
+
+
+def test_cut_rows_bootstrap_from_the_next_state_in_the_advantages(monkeypatch):
+    """A round of 2 steps x 2 environments whose last steps are cut (the round ends): the
+    advantages read V of the next SE-state there, in expectation over the first agent."""
+    import acegnn.algos.ace_ppo as ace_ppo
+    from acegnn.algos.on_policy import Trajectories
+
+    lrn, graphs = pool_learner()
+    obs, nxt = {"i": torch.tensor([0, 1, 2, 3])}, {"i": torch.tensor([4, 5, 6, 7])}
+    actions, ex = lrn.explore(graphs(obs), torch.Generator().manual_seed(1))
+    cut = torch.tensor([False, False, True, True])
+    data = Trajectories(obs, nxt, actions.view(4, 2), torch.ones(4), torch.zeros(4, dtype=torch.bool),
+                        torch.zeros(4, dtype=torch.bool), cut, torch.tensor([0, 0, 1, 1]),
+                        torch.tensor([0, 1, 0, 1]), ex, 2, 2)
+    with torch.no_grad():
+        ro = lrn.net.rollout(collate([graphs({"i": torch.tensor([k])}).get_example(0)
+                                      for k in (6, 7)]),
+                             selector=Softmax(greedy=True), logit_head=lrn.net.logit_head,
+                             max_steps=1)
+        expected = expected_first_value(ro)
+    seen = []
+
+    def spy(*args):
+        seen.append(args[5].clone())  # the bootstrap, [T, E]
+        return se_gae(*args)
+
+    monkeypatch.setattr(ace_ppo, "se_gae", spy)
+    lrn.learn(data, graphs, updates=1, batch_size=4)
+    assert torch.allclose(seen[0][1], expected, atol=1e-6) and bool((expected != 0).all())
