@@ -1,4 +1,4 @@
-"""Command line: ``acegnn train | eval | oracle``."""
+"""Command line: ``acegnn train | eval | viz | config | oracle``."""
 from __future__ import annotations
 
 import argparse
@@ -116,6 +116,13 @@ def cmd_oracle(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_config(args: argparse.Namespace) -> int:
+    from acegnn.config import describe, load_config
+
+    print(describe(load_config(args.config, args.overrides)), end="")
+    return 0
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     p = argparse.ArgumentParser(prog="acegnn", description=__doc__)
     sub = p.add_subparsers(dest="command", required=True)
@@ -144,6 +151,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     v.add_argument("--max-edges", type=int, default=500, help="edges drawn per state at most")
     v.add_argument("--no-progress", dest="progress", action="store_false")
     v.set_defaults(fn=cmd_viz)
+    c = sub.add_parser("config", help="print the resolved config of a YAML file and "
+                                      "overrides, each key with its comment")
+    c.add_argument("config", help="YAML file under configs/")
+    c.add_argument("overrides", nargs="*", help="key=value")
+    c.set_defaults(fn=cmd_config)
     o = sub.add_parser("oracle", help="exact optimum of Spiders-and-Fly")
     o.add_argument("--grid", type=int, default=5)
     o.add_argument("--horizon", type=int, default=10)

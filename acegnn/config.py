@@ -9,9 +9,12 @@ compared with the one a run is resumed with.
 """
 from __future__ import annotations
 
+import ast
 import dataclasses
+import inspect
+import textwrap
 from dataclasses import dataclass, field
-from typing import Any, Dict, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence
 
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
@@ -119,6 +122,47 @@ def to_dict(cfg: ExperimentConfig) -> dict:
 
 def to_yaml(cfg: ExperimentConfig) -> str:
     return OmegaConf.to_yaml(OmegaConf.structured(cfg))
+
+
+def field_docs(cls: type) -> Dict[str, str]:
+    """Each field's docstring (the string after the field in the class body), on one
+    line, of a config dataclass and its bases."""
+    docs: Dict[str, str] = {}
+    for klass in reversed(cls.__mro__):
+        if not dataclasses.is_dataclass(klass):
+            continue
+        try:
+            body = ast.parse(textwrap.dedent(inspect.getsource(klass))).body[0].body
+        except (OSError, TypeError, IndexError):  # no source (e.g. made at run time)
+            continue
+        for node, after in zip(body, body[1:]):
+            if (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)
+                    and isinstance(after, ast.Expr) and isinstance(after.value, ast.Constant)
+                    and isinstance(after.value.value, str)):
+                docs[node.target.id] = " ".join(after.value.value.split())
+    return docs
+
+
+def describe(cfg: ExperimentConfig) -> str:
+    """The resolved config as YAML, each key with its field's docstring as a comment."""
+    lines: List[str] = []
+
+    def walk(node: Any, indent: str) -> None:
+        docs = field_docs(type(node))
+        for f in dataclasses.fields(node):
+            value = getattr(node, f.name)
+            note = f"  # {docs[f.name]}" if f.name in docs else ""
+            if dataclasses.is_dataclass(value):
+                lines.append(f"{indent}{f.name}:{note}")
+                walk(value, indent + "  ")
+                continue
+            text = OmegaConf.to_yaml(OmegaConf.create({f.name: value})).strip()
+            first, *rest = text.splitlines()
+            lines.append(f"{indent}{first}{note}")
+            lines.extend(f"{indent}{line}" for line in rest)
+
+    walk(cfg, "")
+    return "\n".join(lines) + "\n"
 
 
 def from_dict(d: dict) -> ExperimentConfig:

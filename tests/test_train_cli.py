@@ -363,3 +363,19 @@ def test_a_baseline_run_saved_with_the_shared_model_section_resumes(tmp_path):
     assert main(["train", "--resume", str(old)]) == 0
     assert_same_run(tmp_path / "full", old)
     assert main(["eval", str(old), "--episodes", "2"]) == 0
+
+
+def test_config_prints_the_resolved_config_with_each_keys_comment(capsys):
+    import yaml
+
+    smax = os.path.join(os.path.dirname(CONFIG), "smax_5m_vs_6m.yaml")
+    assert main(["config", smax, "env.scenario=3m", "model.conv_kwargs.heads=2",
+                 "model.conv=gatv2"]) == 0
+    text = capsys.readouterr().out
+    assert yaml.safe_load(text) == json.loads(json.dumps(dataclasses.asdict(load_config(
+        smax, ["env.scenario=3m", "model.conv_kwargs.heads=2", "model.conv=gatv2"]))))
+    assert "  scenario: 3m  # Map name: one of acegnn.envs.smac.smax.SCENARIOS" in text
+    assert "  intermediate_discount: true  # Discount between SE-states of one step as in " \
+           "Eq. 1 (False: no discount there)." in text
+    assert "  conv_kwargs:  # Arguments of the message-passing step" in text
+    assert main(["config", smax, "env.scenario=2c_vs_64zg"]) == 2
