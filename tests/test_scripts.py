@@ -54,6 +54,7 @@ def test_bench_spiders_writes_records(tmp_path):
     assert "| not trained now |" in text
 
 
+@pytest.mark.slow  # 4 trainings and exact evaluations (a minute or two); `make test-all`
 def test_table1_with_baselines_writes_markdown_and_plot(tmp_path):
     md, png = tmp_path / "t.md", tmp_path / "t.png"
     run(["scripts/bench_spiders.py", "--methods", "ace_dqn", "vdn", "--grids", "5", "--seeds",
@@ -216,6 +217,7 @@ def test_success_curve_skips_rows_of_exact_evaluations_only(tmp_path):
     assert success_curve(str(tmp_path)) == ([512, 1024], [0.5, 1.0])
 
 
+@pytest.mark.slow  # trainings in subprocesses (about a minute); `make test-all` runs it
 def test_bench_spiders_keeps_the_records_of_finished_runs_when_one_fails(tmp_path):
     out = tmp_path / "s.json"
     broken = tmp_path / "bench_5x5_seed1"

@@ -182,9 +182,10 @@ def test_eval_rejects_a_bad_checkpoint(tmp_path, capsys):
 
 
 def test_a_wall_clock_limit_stops_after_a_round_and_resume_goes_on(tmp_path, capsys):
-    assert train(tmp_path, "full") == 0
+    assert train(tmp_path, "full", "train.total_samples=768") == 0
     capsys.readouterr()
-    assert train(tmp_path, "timed", "train.max_minutes=0.000001") == 0  # out of time at once
+    assert train(tmp_path, "timed", "train.total_samples=768",
+                 "train.max_minutes=0.000001") == 0  # out of time at once
     timed = tmp_path / "timed"
     summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert summary["samples"] == 256 == int(read_csv(timed / "train.csv")[-1]["samples"])
