@@ -24,6 +24,9 @@ Variants of `--env smax` (the paper's SMAC hyper-parameters, configs/smax_5m_vs_
 Variants of `--env grf` (the paper's GRF hyper-parameters, configs/grf_3_vs_1_with_keeper*.yaml):
   ace, qmix     as above
   ace_official  ACE with the official code's recipe (configs/grf_3_vs_1_with_keeper_official.yaml)
+  ace_official_cds    the same with CDS's reward (env.reward=cds: -1 for every end without a goal)
+  ace_official_probe  the same as the football issue's probe ran it: CDS's reward, the time
+                      limit truncated, no sticky-action features
 
     python scripts/study.py --variants ace qmix --scenarios 5m_vs_6m 3s_vs_5z --seeds 0 1 2 \\
         --total-samples 100000 --markdown curves.md --plot curves.png
@@ -68,6 +71,12 @@ VARIANTS = {
         "ace": (_config("grf_3_vs_1_with_keeper.yaml"), [], "ACE"),
         "ace_official": (_config("grf_3_vs_1_with_keeper_official.yaml"), [],
                          "ACE, official recipe"),
+        "ace_official_cds": (_config("grf_3_vs_1_with_keeper_official.yaml"), ["env.reward=cds"],
+                             "ACE, official recipe, CDS's reward"),
+        "ace_official_probe": (_config("grf_3_vs_1_with_keeper_official.yaml"),
+                               ["env.reward=cds", "env.time_limit_terminal=false",
+                                "env.sticky_features=false"],
+                               "ACE, official recipe as the issue's probe"),
         "qmix": (_config("grf_3_vs_1_with_keeper_qmix.yaml"), [], "QMIX-SHARED"),
     },
 }
