@@ -193,6 +193,7 @@ def test_the_encoder_page_example_trains_resumes_and_is_under_30_lines(tmp_path,
     assert len(code.strip().splitlines()) <= 30
     (tmp_path / "my_encoders.py").write_text(code)
     monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "my_encoders", raising=False)  # this file's, not another
     with open(encoders) as f:
         command = re.search(r"acegnn train (configs/\S+) (model.conv=\S+) \\\n\s+(\S+)", f.read())
     config, *overrides = command.groups()

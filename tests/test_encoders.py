@@ -1,5 +1,6 @@
 """Graph encoders from the config: any PyG layer that reads edge features, a user's class
 by import path, keyword arguments, several message-passing steps, and the contract."""
+import sys
 import textwrap
 
 import pytest
@@ -105,7 +106,7 @@ def test_conv_kwargs_from_the_config_reach_the_layer():
 
 
 def test_a_users_encoder_by_import_path_trains_resumes_and_evaluates(tmp_path, monkeypatch):
-    (tmp_path / "my_encoders.py").write_text(textwrap.dedent('''
+    (tmp_path / "acegnn_test_user_encoders.py").write_text(textwrap.dedent('''
         from torch import nn
 
         class Scaled(nn.Module):  # the unit embedding plus a scaled mean of the edges
@@ -124,11 +125,12 @@ def test_a_users_encoder_by_import_path_trains_resumes_and_evaluates(tmp_path, m
                 return out
     '''))
     monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "acegnn_test_user_encoders", raising=False)
     run = tmp_path / "runs" / "mine"
-    args = [*TINY, "model.conv=my_encoders:Scaled", "model.conv_kwargs.scale=0.5",
+    args = [*TINY, "model.conv=acegnn_test_user_encoders:Scaled", "model.conv_kwargs.scale=0.5",
             f"run.dir={tmp_path / 'runs'}", "run.name=mine"]
     assert main(["train", SPIDERS, *args, "train.halt_after=128",
                  "train.checkpoint_every=128"]) == 3  # "killed" after a checkpoint
     assert main(["train", "--resume", str(run)]) == 0
     assert main(["eval", str(run), "--episodes", "2"]) == 0
-    assert "my_encoders:Scaled" in (run / "config.yaml").read_text()
+    assert "acegnn_test_user_encoders:Scaled" in (run / "config.yaml").read_text()

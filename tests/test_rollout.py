@@ -294,7 +294,7 @@ def test_repr():
 
 def test_bad_network_arguments():
     schema = smac_like_schema()
-    with pytest.raises(ValueError, match="unknown unit conv"):
+    with pytest.raises(ValueError, match="model.conv='nope' is neither registered"):
         ACENetwork(schema, conv="nope")
     with pytest.raises(ValueError, match="unknown pool"):
         ACENetwork(schema, pool="median")
