@@ -11,8 +11,8 @@ pytest.importorskip("jaxmarl")
 
 from acegnn.envs.smac.smax import (SCENARIOS, SMAX_TYPES, SMAXConfig, SMAXTask,  # noqa: E402
                                    get_scenario, scenario_name, units_scenario)
-from acegnn.envs.smac.units import (DISTANCE_SCALE, UNIT_TYPES, battle_schema,  # noqa: E402
-                                    sort_key)
+from acegnn.envs.smac.units import (DISTANCE_SCALE, UNIT_TYPES, BattleEval,  # noqa: E402
+                                    battle_schema, sort_key)
 from acegnn.graph import unit_index  # noqa: E402
 from acegnn.nn import ACENetwork  # noqa: E402
 
@@ -196,7 +196,20 @@ def test_evaluate_is_deterministic_and_reports_outcomes():
     assert r1 == r2
     assert 0.0 <= r1.win_rate <= 1.0 and 1 <= r1.mean_steps <= 60
     assert set(r1.metrics()) == {"win_rate", "mean_return", "mean_steps", "allies_alive",
-                                 "enemies_alive"}
+                                 "enemies_alive", "draw_rate", "timeout_rate"}
+    assert r1.win_rate + r1.draw_rate + r1.timeout_rate <= 1.0
+
+
+def test_battle_outcomes_are_told_apart():
+    # four battles: won, lost, both sides dead in the same step, cut at the time limit
+    info = {"won": torch.tensor([True, False, False, False]),
+            "allies_alive": torch.tensor([2 / 3, 0.0, 0.0, 1 / 3]),
+            "enemies_alive": torch.tensor([0.0, 1 / 3, 0.0, 1 / 3])}
+    r = BattleEval.of(torch.tensor([20.0, 5.0, 11.0, 7.0]), torch.tensor([30, 25, 40, 60]),
+                      torch.tensor([True, True, True, False]), info)
+    assert (r.win_rate, r.draw_rate, r.timeout_rate) == (0.25, 0.25, 0.25)
+    assert (r.mean_return, r.mean_steps) == (10.75, 38.75)
+    assert r.allies_alive == pytest.approx(0.25) and r.enemies_alive == pytest.approx(1 / 6)
 
 
 def test_sorted_order_is_by_type_then_position():

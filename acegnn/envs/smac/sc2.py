@@ -385,7 +385,7 @@ class SC2Task(VecTask):
         if episodes < 1:
             raise ValueError(f"episodes must be >= 1 (got {episodes})")
         test, used = self._eval_task(seed, min(self.eval_envs, episodes))
-        returns, length, won, allies, enemies = [], [], [], [], []
+        parts = []
         left = episodes
         while left > 0:
             if used:
@@ -393,17 +393,12 @@ class SC2Task(VecTask):
             ep = first_episodes(test, act, test.time_limit)
             used = True
             k = min(left, test.num_envs)
-            returns.append(ep.returns[:k])
-            length.append(ep.length[:k].float())
-            won.append(ep.info["won"][:k].float())
-            allies.append(ep.info["allies_alive"][:k])
-            enemies.append(ep.info["enemies_alive"][:k])
+            parts.append((ep.returns[:k], ep.length[:k], ep.terminated[:k],
+                          {key: ep.info[key][:k] for key in ("won", "allies_alive", "enemies_alive")}))
             left -= k
-        def mean(parts: List[Tensor]) -> float:
-            return float(torch.cat(parts).mean())
-
-        return BattleEval(win_rate=mean(won), mean_return=mean(returns), mean_steps=mean(length),
-                          allies_alive=mean(allies), enemies_alive=mean(enemies))
+        returns, length, terminated, infos = zip(*parts)
+        return BattleEval.of(torch.cat(returns), torch.cat(length), torch.cat(terminated),
+                             {key: torch.cat([i[key] for i in infos]) for key in infos[0]})
 
     def close(self) -> None:
         """Close every game (this task's and its evaluation's)."""

@@ -302,11 +302,7 @@ class SMAXTask(VecTask):
         randomness) and report their outcomes."""
         test = SMAXTask(self.battle, episodes, seed, self.time_limit, self.reward_scale)
         ep = first_episodes(test, act, self.time_limit)
-        return BattleEval(
-            win_rate=float(ep.info["won"].float().mean()),
-            mean_return=float(ep.returns.mean()), mean_steps=float(ep.length.float().mean()),
-            allies_alive=float(ep.info["allies_alive"].mean()),
-            enemies_alive=float(ep.info["enemies_alive"].mean()))
+        return BattleEval.of(ep.returns, ep.length, ep.terminated, ep.info)
 
     def state_dict(self) -> dict:
         jax = self.engine.jax

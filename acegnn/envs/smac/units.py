@@ -274,6 +274,24 @@ class BattleEval(EvalResult):
     """Mean fraction of the agents alive at the end."""
     enemies_alive: float
     """Mean fraction of the enemies alive at the end."""
+    draw_rate: float = 0.0
+    """Fraction of battles that ended with both sides dead (no win)."""
+    timeout_rate: float = 0.0
+    """Fraction of battles cut at the time limit with both sides alive."""
+
+    @classmethod
+    def of(cls, returns: Tensor, length: Tensor, terminated: Tensor,
+           info: Dict[str, Tensor]) -> "BattleEval":
+        """The means over battles ``[E]``: their returns, lengths, whether each ended by
+        a side's death (``terminated``; otherwise the time limit cut it) and the task's
+        last ``info`` (``won``, ``allies_alive``, ``enemies_alive``)."""
+        allies, enemies = info["allies_alive"].float(), info["enemies_alive"].float()
+        return cls(win_rate=float(info["won"].float().mean()),
+                   mean_return=float(returns.float().mean()),
+                   mean_steps=float(length.float().mean()),
+                   allies_alive=float(allies.mean()), enemies_alive=float(enemies.mean()),
+                   draw_rate=float((terminated & (allies == 0) & (enemies == 0)).float().mean()),
+                   timeout_rate=float((~terminated).float().mean()))
 
     success_metric: ClassVar[str] = "win_rate"
     success_threshold: ClassVar[float] = 1.0
