@@ -12,11 +12,12 @@ from __future__ import annotations
 import ast
 import dataclasses
 import inspect
+import os
 import textwrap
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from acegnn.algos import LEARNERS, ACEDQNConfig, TrainConfig
@@ -107,13 +108,77 @@ def load_config(path: Optional[str] = None, overrides: Sequence[str] = (),
     (``scripts/bench_update.py --batch`` times a saved batch of it).
     """
     try:
-        raw = OmegaConf.merge(OmegaConf.load(path) if path else OmegaConf.create(),
+        raw = OmegaConf.merge(read_config_file(path) if path else OmegaConf.create(),
                               OmegaConf.from_dotlist(list(overrides)))
     except OmegaConfBaseException as e:
         raise ValueError(f"cannot read the config: {e}") from None
-    except FileNotFoundError:
-        raise ValueError(f"config file not found: {path}") from None
     return _structured(raw, saved, backend)
+
+
+def read_config_file(path: str, _chain: Tuple[str, ...] = ()) -> DictConfig:
+    """A config file as written, with the files it names under ``base:`` beneath it.
+
+    ``base`` is a path (or a list of paths, merged in order) relative to the file. The
+    file's keys override its base's. Where the file names another ``env.name`` or
+    ``algo.name`` than its base, the base's keys of that section (and of ``model`` with
+    ``algo``: the learner owns its network's config) that the new component does not
+    have are left out; every other key is inherited.
+
+    Raises:
+        ValueError: a missing file (and whose base it is), a file that is its own base,
+            a ``base`` that is not a path or a list of paths, an unreadable file.
+    """
+    where = f" (the base of {_chain[-1]})" if _chain else ""
+    real = os.path.realpath(path)
+    if real in _chain:
+        raise ValueError("config files are each other's base: "
+                         + " -> ".join(_chain[_chain.index(real):] + (real,)))
+    try:
+        raw = OmegaConf.load(path)
+    except FileNotFoundError:
+        raise ValueError(f"config file not found: {path}{where}") from None
+    except (OmegaConfBaseException, Exception) as e:  # YAML syntax
+        raise ValueError(f"cannot read the config file {path}{where}: {e}") from None
+    if not isinstance(raw, DictConfig):
+        raise ValueError(f"config file {path}{where} is not a mapping of keys to values")
+    base = raw.pop("base", None)
+    if base is None:
+        return raw
+    names = [base] if isinstance(base, str) else list(base) if isinstance(base, ListConfig) else None
+    if not names or not all(isinstance(n, str) for n in names):
+        raise ValueError(f"{path}: base must be a config file's path or a list of them "
+                         f"(got {base!r})")
+    under = OmegaConf.create()
+    for name in names:
+        lower = read_config_file(os.path.join(os.path.dirname(path), name), _chain + (real,))
+        under = OmegaConf.merge(_without_foreign_keys(under, lower), lower)
+    return OmegaConf.merge(_without_foreign_keys(under, raw), raw)
+
+
+def _without_foreign_keys(under: DictConfig, over: DictConfig) -> DictConfig:
+    """``under`` less the keys of the sections whose component ``over`` changes (its
+    ``env.name`` or ``algo.name``) that the new component's config does not have."""
+    under = under.copy()
+    new_env = OmegaConf.select(over, "env.name", default=None)
+    if new_env is not None and new_env != OmegaConf.select(under, "env.name", default=None) \
+            and new_env in ENVS:
+        _keep(under, "env", ENVS.get(new_env, check=False))
+    new_algo = OmegaConf.select(over, "algo.name", default=None)
+    if new_algo is not None and new_algo != OmegaConf.select(under, "algo.name", default=None) \
+            and new_algo in LEARNERS:
+        learner = LEARNERS.get(new_algo)
+        _keep(under, "algo", learner.config_class)
+        _keep(under, "model", learner.model_class)
+    return under
+
+
+def _keep(node: DictConfig, section: str, cls: type) -> None:
+    """Drop the keys of ``node[section]`` that dataclass ``cls`` has no field for."""
+    if section not in node:
+        return
+    fields = {f.name for f in dataclasses.fields(cls)}
+    for key in [k for k in node[section] if k not in fields]:
+        del node[section][key]
 
 
 def to_dict(cfg: ExperimentConfig) -> dict:
