@@ -9,7 +9,6 @@ import time
 from typing import Optional, Sequence
 
 
-
 def _run_dir(cfg) -> str:
     name = cfg.run.name or (f"{cfg.env.name}_{cfg.algo.name}_seed{cfg.seed}_"
                             f"{time.strftime('%Y%m%d-%H%M%S')}")
@@ -17,12 +16,12 @@ def _run_dir(cfg) -> str:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    from acegnn.algos.checkpoint import CHECKPOINT, load_checkpoint
-    from acegnn.algos.on_policy import loop_of
-    from acegnn.config import (check_resumable, load_config, make_learner, make_task,
-                               to_dict, to_yaml)
+    from acegnn.algos.checkpoint import CHECKPOINT
+    from acegnn.config import load_config, to_yaml
+    from acegnn.run import train
     from acegnn.utils.io import write_text
 
+    resume = None
     if args.resume:
         if args.config is not None:
             raise ValueError(f"--resume takes its config from {args.resume}/config.yaml; "
@@ -32,6 +31,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         if not os.path.exists(path):
             raise ValueError(f"{run_dir} has no config.yaml; is it a run directory?")
         cfg = load_config(path, ["train.halt_after=0", *args.overrides], saved=True)
+        resume = os.path.join(run_dir, CHECKPOINT)
     else:
         if args.config is None:
             raise ValueError("give a CONFIG file or --resume RUN_DIR")
@@ -42,37 +42,14 @@ def cmd_train(args: argparse.Namespace) -> int:
                              f"or choose another run.name")
         os.makedirs(run_dir, exist_ok=True)
         write_text(os.path.join(run_dir, "config.yaml"), to_yaml(cfg))
-    state = None
-    if args.resume:
-        path = os.path.join(run_dir, CHECKPOINT)
-        state = load_checkpoint(path)
-        check_resumable(state["config"], cfg, path)
-    task = make_task(cfg)
-    try:
-        learner = make_learner(cfg, task)
-        hooks = []
-        if cfg.train.log_episode:
-            from acegnn.viz.episode import TensorBoardEpisode, check_drawable
-
-            check_drawable(learner)
-            hooks.append(TensorBoardEpisode(cfg))
-        # the learner names its loop: off-policy (replay) or on-policy (ACE-PPO)
-        trainer = loop_of(learner)(task, learner, cfg.train, cfg.seed, run_dir, to_dict(cfg),
-                                   hooks)
-        print(f"run directory: {run_dir}", file=sys.stderr)
-        if state is not None:
-            trainer.load_state_dict(state, path)
-            if args.overrides:  # a raised budget stays raised when the run is resumed again
-                write_text(os.path.join(run_dir, "config.yaml"), to_yaml(cfg))
-        summary = trainer.train()
-    finally:
-        task.close()
+    # a raised budget stays raised when the run is resumed again
+    summary = train(cfg, run_dir, resume, rewrite_config=bool(args.overrides))
     print(json.dumps(summary))
     return 0
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    from acegnn.config import evaluate_checkpoint
+    from acegnn.run import evaluate_checkpoint
 
     out = evaluate_checkpoint(args.run, args.episodes, args.seed, args.overrides)
     metrics = out["evaluation"].metrics()
@@ -85,7 +62,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
 def cmd_viz(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
-    from acegnn.config import restore
+    from acegnn.run import restore
     from acegnn.viz.episode import check_drawable, record_run
 
     cfg, state, task, learner = restore(args.run)

@@ -30,7 +30,8 @@ import torch
 
 import acegnn.nn.ace as ace_module
 from acegnn.algos.trainer import Trainer
-from acegnn.config import load_config, make_learner, make_task
+from acegnn.config import load_config
+from acegnn.run import make_learner, make_task
 from acegnn.nn.rollout import sequential_rollout
 
 

@@ -41,7 +41,8 @@ CONFIG = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "configs
 
 def spiders_episode(steps: int):
     """``steps`` greedy steps of one Spiders-and-Fly environment (episodes restart)."""
-    from acegnn.config import load_config, make_learner, make_task
+    from acegnn.config import load_config
+    from acegnn.run import make_learner, make_task
 
     cfg = load_config(CONFIG, ["model.hidden=16", "env.num_envs=1"])
     task = make_task(cfg)

@@ -32,7 +32,8 @@ import torch
 from acegnn.algos.ace_dqn import ACEDQN
 from acegnn.nn import Forced
 from acegnn.algos.checkpoint import checkpoint_path, load_checkpoint
-from acegnn.config import from_dict, make_learner, make_task
+from acegnn.config import from_dict
+from acegnn.run import make_learner, make_task
 from acegnn.envs.spiders_fly import (SpidersFlyTask, cell_coords, gap_anatomy, live_states,
                                      oracle_solution)
 from acegnn.envs.spiders_fly.oracle import optimal_discounted_q

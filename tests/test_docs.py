@@ -205,7 +205,7 @@ def test_the_encoder_page_example_trains_resumes_and_is_under_30_lines(tmp_path,
     args = [os.path.join(root, config), *overrides, *tiny, f"run.dir={tmp_path}", "run.name=gm"]
     assert main(["train", *args, "train.halt_after=256"]) == 3
     assert main(["train", "--resume", str(tmp_path / "gm")]) == 0
-    from acegnn.config import restore
+    from acegnn.run import restore
 
     cfg, _, task, learner = restore(str(tmp_path / "gm"))
     task.close()

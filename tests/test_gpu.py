@@ -15,7 +15,8 @@ import torch
 
 from acegnn.algos.trainer import WALL_CLOCK_COLUMNS, Trainer
 from acegnn.cli import main
-from acegnn.config import load_config, make_learner, make_task
+from acegnn.config import load_config
+from acegnn.run import make_learner, make_task
 
 DEVICE = os.environ.get("ACEGNN_TEST_DEVICE", "cuda")
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(

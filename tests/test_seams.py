@@ -386,3 +386,31 @@ def test_the_progress_bar_shows_the_tasks_headline_metrics(tmp_path, line_env, c
     err = capsys.readouterr().err
     assert "samples (to 768 or first success)" in err
     assert "home_rate=" in err and "mean_steps=" in err and "success_rate" not in err
+
+
+def test_the_command_line_walks_down_and_nothing_calls_back_up():
+    """cli -> run (wiring) -> config -> the components and loops: no module of the
+    package imports a layer above its own (read from the source, imports inside
+    functions included)."""
+    import ast
+    import pathlib
+
+    import acegnn
+
+    root = pathlib.Path(acegnn.__file__).parent
+    above = {"acegnn.cli": {"acegnn.cli"}, "acegnn.run": {"acegnn.cli", "acegnn.run"},
+             "acegnn.config": {"acegnn.cli", "acegnn.run", "acegnn.config"}}
+    edges = set()
+    for path in sorted(root.rglob("*.py")):
+        module = ".".join(("acegnn",) + path.relative_to(root).with_suffix("").parts)
+        module = module.removesuffix(".__init__")
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
+                     [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            edges |= {(module, n) for n in names if n.startswith("acegnn")}
+    # the walk sees the imports inside functions (cli imports run in its commands)
+    assert ("acegnn.cli", "acegnn.run") in edges and ("acegnn.run", "acegnn.config") in edges
+    # a component may import none of the three layers; each layer none above it
+    upward = sorted(f"{m} imports {n}" for m, n in edges
+                    if n in above.get(m, set(above)) and n != m)
+    assert upward == []

@@ -64,7 +64,7 @@ def test_smoke_run_writes_logs_and_checkpoint(tmp_path, capsys):
     assert {"success_rate", "steps_gap", "exact_steps_gap", "exact_worst_success"} <= set(out)
     assert out["exact_steps_gap"] == pytest.approx(out["exact_mean_steps"] - 5.5358, abs=1e-3)
     # the same from Python, typed
-    from acegnn.config import evaluate_checkpoint
+    from acegnn.run import evaluate_checkpoint
 
     res = evaluate_checkpoint(str(run), episodes=4)
     assert res["samples"] == out["samples"] == 1536

@@ -17,7 +17,8 @@ pytest.importorskip("jaxmarl")
 
 from test_viz_html import _frame_trace, _page_json, _run_chromium, _segments, _trace  # noqa: E402
 
-from acegnn.config import load_config, make_learner, make_task  # noqa: E402
+from acegnn.config import load_config  # noqa: E402
+from acegnn.run import make_learner, make_task  # noqa: E402
 from acegnn.envs.smac.smax import SMAXTask  # noqa: E402
 from acegnn.envs.smac.units import battle_schema  # noqa: E402
 from acegnn.graph import unit_index  # noqa: E402

@@ -15,7 +15,8 @@ from matplotlib.collections import LineCollection, PathCollection  # noqa: E402
 from matplotlib.colors import to_rgba  # noqa: E402
 from matplotlib.patches import FancyArrowPatch  # noqa: E402
 
-from acegnn.config import load_config, make_learner, make_task  # noqa: E402
+from acegnn.config import load_config  # noqa: E402
+from acegnn.run import make_learner, make_task  # noqa: E402
 from acegnn.envs.synthetic import random_state, smac_like_schema  # noqa: E402
 from acegnn.graph import collate  # noqa: E402
 from acegnn.nn import ACENetwork, EpsilonGreedy, Forced  # noqa: E402

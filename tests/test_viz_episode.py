@@ -6,7 +6,8 @@ import pytest
 
 from acegnn.algos.trainer import WALL_CLOCK_COLUMNS, greedy
 from acegnn.cli import main
-from acegnn.config import load_config, make_learner, make_task
+from acegnn.config import load_config
+from acegnn.run import make_learner, make_task
 from acegnn.envs import first_episodes
 from acegnn.viz.episode import episode_task, record_episodes
 

@@ -18,7 +18,8 @@ except ImportError as e:  # fail, not skip: the default run needs the viz extra
     raise ImportError("tests/test_viz_html.py needs plotly (the viz extra): run "
                       "`bash scripts/install.sh`") from e
 
-from acegnn.config import load_config, make_learner, make_task  # noqa: E402
+from acegnn.config import load_config  # noqa: E402
+from acegnn.run import make_learner, make_task  # noqa: E402
 from acegnn.envs.synthetic import random_state, smac_like_schema  # noqa: E402
 from acegnn.graph import collate  # noqa: E402
 from acegnn.nn import ACENetwork  # noqa: E402

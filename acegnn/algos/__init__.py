@@ -11,7 +11,7 @@ from acegnn.algos.ace_dqn import ACEDQN, ACEDQNConfig, TDTargets
 from acegnn.algos.ace_ppo import ACEPPO, ACEPPOConfig
 from acegnn.algos.checkpoint import load_checkpoint
 from acegnn.algos.collector import Collector, Step
-from acegnn.algos.on_policy import OnPolicyTrainer, loop_of
+from acegnn.algos.on_policy import OnPolicyTrainer
 from acegnn.algos.trainer import Learner, Trainer, TrainConfig
 from acegnn.algos.value_decomposition import METHODS, ValueDecomposition
 from acegnn.utils.registry import Registry
@@ -41,5 +41,5 @@ for _method in METHODS:
 
 __all__ = ["ACECTDE", "ACECTDEConfig", "ACEDQN", "ACEDQNConfig", "ACEPPO", "ACEPPOConfig",
            "Collector", "LEARNERS", "Learner", "OnPolicyTrainer", "Step", "TDTargets",
-           "Trainer", "TrainConfig", "ValueDecomposition", "load_checkpoint", "loop_of",
+           "Trainer", "TrainConfig", "ValueDecomposition", "load_checkpoint",
            "register_learner"]

@@ -22,7 +22,7 @@ from torch import Tensor
 from torch_geometric.data import Batch
 
 from acegnn.algos.collector import Step
-from acegnn.algos.trainer import TrainConfig, Trainer, TrainingLoop
+from acegnn.algos.trainer import TrainConfig, TrainingLoop
 from acegnn.envs.base import EvalResult, VecTask
 
 #: ``train`` keys only the off-policy loop reads.
@@ -172,19 +172,5 @@ class OnPolicyTrainer(TrainingLoop):
         return {"ent": metrics.get("entropy", float("nan"))}
 
 
-#: ``learner.loop`` -> the loop that trains it.
-LOOPS = {"off_policy": Trainer, "on_policy": OnPolicyTrainer}
-
-
-def loop_of(learner) -> type:
-    """The training loop a learner names in its ``loop`` attribute (off-policy when it
-    names none)."""
-    name = getattr(learner, "loop", "off_policy")
-    if name not in LOOPS:
-        raise ValueError(f"{type(learner).__name__}.loop must be one of {sorted(LOOPS)} "
-                         f"(got {name!r})")
-    return LOOPS[name]
-
-
-__all__ = ["LOOPS", "OFF_POLICY_KEYS", "OnPolicyLearner", "OnPolicyTrainer", "RolloutStorage",
-           "Trajectories", "loop_of"]
+__all__ = ["OFF_POLICY_KEYS", "OnPolicyLearner", "OnPolicyTrainer", "RolloutStorage",
+           "Trajectories"]

@@ -12,7 +12,7 @@ resume where the task can be snapshotted. A loop says how it collects and learns
   learned from and dropped (ACE-PPO).
 
 A learner names its loop in its ``loop`` attribute (``"off_policy"`` when it has none;
-:func:`acegnn.algos.on_policy.loop_of`).
+:func:`acegnn.run.loop_of`).
 """
 from __future__ import annotations
 
@@ -293,7 +293,7 @@ class TrainingLoop(abc.ABC):
 
     def load_state_dict(self, state: dict, source: str = "the checkpoint") -> None:
         """Continue from a checkpoint's state (its config is checked by the caller, see
-        :func:`acegnn.config.resume_config`). A task that cannot be snapshotted starts
+        :func:`acegnn.config.check_resumable`). A task that cannot be snapshotted starts
         fresh episodes, which is said once on stderr."""
         self.learner.load_state_dict(state["learner"])
         self.collector.load_state_dict(state)
