@@ -57,7 +57,7 @@ from torch import Tensor, nn
 from torch.profiler import record_function
 from torch_geometric.data import Batch
 
-from acegnn.algos.base import QLearner, QLearningConfig
+from acegnn.algos.base import QLearner, QLearningConfig, check_order
 from acegnn.graph.index import UnitIndex, unit_index
 from acegnn.graph.schema import GraphSchema
 from acegnn.nn.ace import ACENetwork, ModelConfig
@@ -66,7 +66,6 @@ from acegnn.nn.rollout import Rollout
 from acegnn.nn.se_state import apply_actions
 from acegnn.nn.selectors import EpsilonGreedy, Forced
 
-ORDERS = ("default", "random", "sorted")
 TARGETS = ("eq1", "last_agent")
 
 
@@ -90,8 +89,7 @@ class ACEDQNConfig(QLearningConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if self.order not in ORDERS:
-            raise ValueError(f"algo.order must be one of {list(ORDERS)} (got {self.order!r})")
+        check_order(self.order)
         if self.target not in TARGETS:
             raise ValueError(f"algo.target must be one of {list(TARGETS)} (got {self.target!r})")
         if not 0.0 <= self.aux_weight < float("inf"):
@@ -164,14 +162,6 @@ class ACEDQN(QLearner):
             net.add_module("aux_head", init_relu_layers(NextStateHead(schema, model.hidden),
                                                         model.init))
         super().__init__(net, cfg, device)
-        self._checked = False  # inputs are validated until one batch has passed
-
-    def _check(self) -> bool:
-        """Validate the first batch against the schema; a task's later batches share its
-        builder, so the checks are skipped after it (about 8% of a greedy SMAX 5m_vs_6m
-        rollout at batch 8: scripts/bench_smax.py, check on and off)."""
-        first, self._checked = not self._checked, True
-        return first
 
     # Acting ---------------------------------------------------------------------------
     @torch.no_grad()

@@ -79,7 +79,7 @@ from torch import Tensor
 from torch_geometric.data import Batch
 from torch_geometric.utils import scatter
 
-from acegnn.algos.base import OPTIMIZERS, OptimConfig, QLearner, torch_device
+from acegnn.algos.base import LearnerBase, OptimConfig, check_order
 from acegnn.algos.on_policy import Trajectories
 from acegnn.graph.schema import GraphSchema
 from acegnn.nn.ace import ACENetwork, ModelConfig
@@ -88,7 +88,6 @@ from acegnn.nn.rollout import Rollout
 from acegnn.nn.selectors import Forced, Softmax
 from acegnn.nn.value_head import ValueHead
 
-ORDERS = ("default", "random", "sorted")
 
 
 @dataclass
@@ -127,8 +126,7 @@ class ACEPPOConfig(OptimConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if self.order not in ORDERS:
-            raise ValueError(f"algo.order must be one of {list(ORDERS)} (got {self.order!r})")
+        check_order(self.order)
         if not 0.0 <= self.gae_lambda <= 1.0:
             raise ValueError(f"algo.gae_lambda must be in [0, 1] (got {self.gae_lambda})")
         if not 0.0 < self.clip_ratio < 1.0:
@@ -306,7 +304,7 @@ class _Round(NamedTuple):
     target: Tensor  # [N, n + 1] value targets: s, then after each agent (batch order)
 
 
-class ACEPPO:
+class ACEPPO(LearnerBase):
     """The ACE-PPO learner: the ACE network with a logit head, the optimiser and the
     value normaliser; trained by :class:`~acegnn.algos.on_policy.OnPolicyTrainer`.
 
@@ -321,26 +319,15 @@ class ACEPPO:
     config_class = ACEPPOConfig
     model_class = ModelConfig
     loop = "on_policy"
-    on_device = QLearner.on_device
 
     def __init__(self, schema: GraphSchema, cfg: ACEPPOConfig, model: ModelConfig,
                  device="cpu", example: Optional[Batch] = None) -> None:
-        self.cfg, self.device = cfg, torch_device(device)
         net = ACENetwork.from_config(schema, model)
         # trained, clipped and saved with the network
         net.add_module("logit_head", init_relu_layers(
             ValueHead(model.hidden, model.pool, model.layers), model.init))
-        self.net = net.to(self.device)
-        self.optimizer = OPTIMIZERS[cfg.optimizer](self.net.parameters(), lr=cfg.lr,
-                                                   weight_decay=cfg.weight_decay)
+        super().__init__(net, cfg, device)
         self.value_norm = RunningMeanStd()
-        self.num_updates = 0
-        self._checked = False
-
-    def _check(self) -> bool:
-        """Validate the first batch against the schema (as ACE-DQN does)."""
-        first, self._checked = not self._checked, True
-        return first
 
     def _to_value(self, out: Tensor) -> Tensor:
         """V from the value head's output (its standardised scale with ``value_norm``)."""
@@ -514,30 +501,16 @@ class ACEPPO:
                        dev(advantage.reshape(-1))[keep], entropy[keep], value.reshape(-1),
                        dev(old_out.reshape(-1)), dev(target.reshape(-1)), cfg.clip_ratio,
                        cfg.value_clip_ratio, cfg.value_weight, cfg.entropy_weight, cfg.adv_norm)
-        if not bool(torch.isfinite(out.loss)):
-            raise FloatingPointError(f"the PPO loss is {out.loss.item()}; stopping before the "
-                                     f"network is corrupted (lower algo.lr or check rewards)")
-        self.optimizer.zero_grad(set_to_none=True)
-        out.loss.backward()
-        clip = cfg.grad_clip if cfg.grad_clip > 0 else float("inf")
-        grad_norm = torch.nn.utils.clip_grad_norm_(self.net.parameters(), clip)
-        self.optimizer.step()
-        self.num_updates += 1
+        grad_norm = self.gradient_step(out.loss, "PPO loss")["grad_norm"]
         return {"loss": out.loss.item(), "policy_loss": out.policy_loss.item(),
                 "value_loss": out.value_loss.item(), "entropy": out.entropy.item(),
                 "approx_kl": out.approx_kl.item(), "clip_fraction": out.clip_fraction.item(),
-                "grad_norm": grad_norm.item()}
+                "grad_norm": grad_norm}
 
     # Checkpoints ----------------------------------------------------------------------
     def state_dict(self) -> dict:
-        return {"net": self.net.state_dict(), "optimizer": self.optimizer.state_dict(),
-                "num_updates": self.num_updates, "value_norm": self.value_norm.state_dict()}
+        return {**super().state_dict(), "value_norm": self.value_norm.state_dict()}
 
     def load_state_dict(self, state: dict) -> None:
-        try:
-            self.net.load_state_dict(state["net"])
-        except RuntimeError as e:
-            raise ValueError(f"the checkpoint does not match this model: {e}") from None
-        self.optimizer.load_state_dict(state["optimizer"])
-        self.num_updates = state["num_updates"]
+        super().load_state_dict(state)
         self.value_norm.load_state_dict(state["value_norm"])
