@@ -30,7 +30,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         path = os.path.join(run_dir, "config.yaml")
         if not os.path.exists(path):
             raise ValueError(f"{run_dir} has no config.yaml; is it a run directory?")
-        cfg = load_config(path, ["train.halt_after=0", *args.overrides], saved=True)
+        cfg = load_config(path, ["train.halt_after=0", *args.overrides])
         resume = os.path.join(run_dir, CHECKPOINT)
     else:
         if args.config is None:

@@ -69,21 +69,9 @@ def _defaults(raw: Any, backend: bool = True) -> ExperimentConfig:
                             model=learner.model_class())
 
 
-#: Graph-network keys that every saved config held under ``model`` before each learner
-#: owned its model config, with the only values a baseline's run could have had.
-_SHARED_MODEL_KEYS = {"conv": "ace", "pool": "mean", "passive": True}
-
-
-def _structured(raw: Any, saved: bool = False, backend: bool = True) -> ExperimentConfig:
-    """``raw`` through the dataclasses. ``saved``: a config written by an earlier run,
-    whose model section may hold :data:`_SHARED_MODEL_KEYS` the learner does not read."""
+def _structured(raw: Any, backend: bool = True) -> ExperimentConfig:
+    """``raw`` through the dataclasses."""
     default = _defaults(raw, backend)
-    model = OmegaConf.select(raw, "model", default=None)
-    if saved and model is not None:
-        fields = {f.name for f in dataclasses.fields(default.model)}
-        for key, value in _SHARED_MODEL_KEYS.items():
-            if key not in fields and model.get(key) == value:
-                del model[key]
     try:
         return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(default), raw))
     except ValueError as e:  # a component's own check (__post_init__)
@@ -94,7 +82,7 @@ def _structured(raw: Any, saved: bool = False, backend: bool = True) -> Experime
 
 
 def load_config(path: Optional[str] = None, overrides: Sequence[str] = (),
-                saved: bool = False, backend: bool = True) -> ExperimentConfig:
+                backend: bool = True) -> ExperimentConfig:
     """Read a YAML file and ``key=value`` overrides into an :class:`ExperimentConfig`.
 
     Raises:
@@ -103,7 +91,6 @@ def load_config(path: Optional[str] = None, overrides: Sequence[str] = (),
         MissingBackend: (a ``ValueError``) when the env names a back-end that is not
             installed; the message names the extra to install.
 
-    ``saved=True`` reads a run's own ``config.yaml`` (see :func:`_structured`).
     ``backend=False`` reads the config of a task whose back-end is not installed here
     (``scripts/bench_update.py --batch`` times a saved batch of it).
     """
@@ -112,7 +99,7 @@ def load_config(path: Optional[str] = None, overrides: Sequence[str] = (),
                               OmegaConf.from_dotlist(list(overrides)))
     except OmegaConfBaseException as e:
         raise ValueError(f"cannot read the config: {e}") from None
-    return _structured(raw, saved, backend)
+    return _structured(raw, backend)
 
 
 def read_config_file(path: str, _chain: Tuple[str, ...] = ()) -> DictConfig:
@@ -232,7 +219,7 @@ def describe(cfg: ExperimentConfig) -> str:
 
 def from_dict(d: dict) -> ExperimentConfig:
     """Rebuild a config saved with :func:`to_dict` (e.g. from a checkpoint)."""
-    return _structured(OmegaConf.create(d), saved=True)
+    return _structured(OmegaConf.create(d))
 
 
 #: Config keys that may differ between a run and its resumption: raising

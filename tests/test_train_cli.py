@@ -348,24 +348,6 @@ def test_exact_evaluation_needs_a_task_that_has_one(tmp_path):
         TrainConfig(exact_eval_every=-1)
 
 
-def test_a_baseline_run_saved_with_the_shared_model_section_resumes(tmp_path):
-    # before each learner owned its model config, every config.yaml and checkpoint held
-    # model.conv/pool/passive at their defaults, baselines' too
-    args = [a for a in TINY if not a.startswith("model.hidden")]
-    base = ["train", BASELINES, *args, "model.hidden=16", "algo.name=vdn", f"run.dir={tmp_path}"]
-    assert main([*base, "run.name=full"]) == 0
-    assert main([*base, "run.name=old", "train.halt_after=768"]) == 3
-    old = tmp_path / "old"
-    text = (old / "config.yaml").read_text()
-    (old / "config.yaml").write_text(text.replace("model:\n", "model:\n  conv: ace\n  pool: mean\n  passive: true\n"))
-    state = torch.load(old / "checkpoint.pt", weights_only=True)
-    state["config"]["model"].update(conv="ace", pool="mean", passive=True)
-    torch.save(state, old / "checkpoint.pt")
-    assert main(["train", "--resume", str(old)]) == 0
-    assert_same_run(tmp_path / "full", old)
-    assert main(["eval", str(old), "--episodes", "2"]) == 0
-
-
 def test_config_prints_the_resolved_config_with_each_keys_comment(capsys):
     import yaml
 

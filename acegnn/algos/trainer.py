@@ -308,10 +308,9 @@ class TrainingLoop(abc.ABC):
         self.sample_gen.set_state(state["sample_gen"])
         self.updates = state["updates"]
         self.samples_to_success = state["samples_to_success"]
-        # checkpoints older than the wall-clock fields count from this session
-        self.wall_s, self.wall_to_success = state.get("wall_s", 0.0), state.get("wall_to_success")
+        self.wall_s, self.wall_to_success = state["wall_s"], state["wall_to_success"]
         self.last_eval = state["last_eval"]
-        self.headline = tuple(state.get("headline", ()))
+        self.headline = tuple(state["headline"])
         self.loaded = True
 
     def elapsed(self) -> float:
