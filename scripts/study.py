@@ -28,6 +28,8 @@ Variants of `--env grf` (the paper's GRF hyper-parameters, configs/grf_3_vs_1_wi
   ace_official_cds    the same with CDS's reward (env.reward=cds: -1 for every end without a goal)
   ace_official_probe  the same as the football issue's probe ran it: CDS's reward, the time
                       limit truncated, no sticky-action features
+  ace_official_probe_wide  and the probe's passive encoder, 2432 wide inside
+                      (model.passive_width=2432: hidden 128 x 19 kinds)
 
     python scripts/study.py --variants ace qmix --scenarios 5m_vs_6m 3s_vs_5z --seeds 0 1 2 \\
         --total-samples 100000 --markdown curves.md --plot curves.png
@@ -79,6 +81,10 @@ VARIANTS = {
                                ["env.reward=cds", "env.time_limit_terminal=false",
                                 "env.sticky_features=false"],
                                "ACE, official recipe as the issue's probe"),
+        "ace_official_probe_wide": (_config("grf_3_vs_1_with_keeper_official.yaml"),
+                                    ["env.reward=cds", "env.time_limit_terminal=false",
+                                     "env.sticky_features=false", "model.passive_width=2432"],
+                                    "ACE, the issue's probe with its 2432-wide passive encoder"),
         "qmix": (_config("grf_3_vs_1_with_keeper_qmix.yaml"), [], "QMIX-SHARED"),
     },
 }

@@ -93,3 +93,22 @@ def test_a_deep_passive_encoder_is_hidden_wide_inside():
             [(schema.node_types[t], 16), (16, 16 * k)]
     assert [fc.out_features for fc in mlp(4, 12, layers=3, width=5) if isinstance(fc, nn.Linear)] \
         == [5, 5, 12]
+
+
+def test_model_passive_width_sets_the_passive_encoders_inner_width():
+    """``model.passive_width`` (the football probe's was hidden x kinds) reaches the
+    passive encoder's inner layer through the config."""
+    from acegnn.config import load_config
+    from acegnn.nn import ACENetwork
+
+    schema = smac_like_schema()
+    k = len(schema.targeted_kinds)
+    cfg = load_config("configs/spiders_fly_5x5.yaml",
+                      ["model.hidden=8", "model.layers=2", f"model.passive_width={8 * k}"]).model
+    net = ACENetwork.from_config(smac_like_schema(), cfg)
+    for t, m in net.action_encoder.passive_encoders.items():
+        fcs = [layer for layer in m if isinstance(layer, nn.Linear)]
+        assert [(fc.in_features, fc.out_features) for fc in fcs] == \
+            [(schema.node_types[t], 8 * k), (8 * k, 8 * k)]
+    with pytest.raises(ValueError, match="model.passive_width must be null or >= 1"):
+        load_config("configs/spiders_fly_5x5.yaml", ["model.passive_width=0"])

@@ -35,6 +35,9 @@ class ModelConfig(MLPConfig):
     """Pooling of the value encoder: ``mean``, ``sum``, ``max`` or ``mean_max``."""
     passive: bool = True
     """Passive action embeddings (False: the ACE-w/o-IA ablation)."""
+    passive_width: Optional[int] = None
+    """Width of the passive encoder's inner layers when ``layers`` > 1 (null: ``hidden``;
+    the football issue's probe ran with hidden x targeted kinds, 2432)."""
 
     def __post_init__(self) -> None:
         from acegnn.nn.unit_encoder import unit_conv
@@ -46,6 +49,8 @@ class ModelConfig(MLPConfig):
             raise ValueError(f"model.conv_layers must be at least 1 (got {self.conv_layers})")
         if self.pool not in POOLS:
             raise ValueError(f"model.pool must be one of {sorted(POOLS)} (got {self.pool!r})")
+        if self.passive_width is not None and self.passive_width < 1:
+            raise ValueError(f"model.passive_width must be null or >= 1 (got {self.passive_width})")
 
 
 class ACENetwork(nn.Module):
@@ -69,18 +74,21 @@ class ACENetwork(nn.Module):
         init (str, optional): Initialisation scheme, ``"torch"`` or ``"he"`` (see
             :mod:`acegnn.nn.init`). (default: :obj:`"torch"`)
         conv_layers (int, optional): Message-passing steps. (default: :obj:`1`)
+        passive_width (int, optional): Inner width of a deep passive encoder.
+            (default: :obj:`None`, ``hidden``)
     """
 
     def __init__(self, schema: GraphSchema, hidden: int = 128, conv: str = "ace",
                  pool: str = "mean", passive: bool = True,
                  conv_kwargs: Optional[dict] = None, layers: int = 1,
-                 init: str = "torch", conv_layers: int = 1) -> None:
+                 init: str = "torch", conv_layers: int = 1,
+                 passive_width: Optional[int] = None) -> None:
         super().__init__()
         if not isinstance(hidden, int) or hidden <= 0:
             raise ValueError(f"hidden must be a positive int (got {hidden!r})")
         self.schema, self.hidden = schema, hidden
         self.unit_encoder = UnitEncoder(schema, hidden, conv, conv_kwargs, layers, conv_layers)
-        self.action_encoder = ActionEncoder(schema, hidden, passive, layers)
+        self.action_encoder = ActionEncoder(schema, hidden, passive, layers, passive_width)
         self.value_head = ValueHead(hidden, pool, layers)
         self.init = init
         init_relu_layers(self, init)
@@ -89,7 +97,7 @@ class ACENetwork(nn.Module):
     def from_config(cls, schema: GraphSchema, cfg: ModelConfig) -> "ACENetwork":
         return cls(schema, hidden=cfg.hidden, conv=cfg.conv, pool=cfg.pool, passive=cfg.passive,
                    conv_kwargs=dict(cfg.conv_kwargs), layers=cfg.layers, init=cfg.init,
-                   conv_layers=cfg.conv_layers)
+                   conv_layers=cfg.conv_layers, passive_width=cfg.passive_width)
 
     def reset_parameters(self) -> None:
         self.unit_encoder.reset_parameters()

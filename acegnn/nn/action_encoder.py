@@ -26,15 +26,16 @@ class ActionEncoder(nn.Module):
         passive (bool, optional): Use passive embeddings. :obj:`False` is the paper's
             ACE-w/o-IA ablation: targeted actions then only carry their active part.
             (default: :obj:`True`)
-        layers (int, optional): Depth of the passive encoder; its inner layers are
-            ``hidden`` wide. (default: :obj:`1`)
+        layers (int, optional): Depth of the passive encoder. (default: :obj:`1`)
+        width (int, optional): Width of its inner layers. (default: :obj:`None`,
+            ``hidden``)
 
     Shapes:
         - **passive_table output:** ``[num_agents, num_targeted_kinds, hidden]``
     """
 
     def __init__(self, schema: GraphSchema, hidden: int, passive: bool = True,
-                 layers: int = 1) -> None:
+                 layers: int = 1, width: Optional[int] = None) -> None:
         super().__init__()
         self.schema, self.hidden = schema, hidden
         self.targeted = schema.targeted_kinds
@@ -45,7 +46,7 @@ class ActionEncoder(nn.Module):
         col[list(self.targeted)] = torch.arange(len(self.targeted))
         self.register_buffer("passive_col", col, persistent=False)
         self.passive_encoders = nn.ModuleDict({
-            t: mlp(schema.node_types[t], hidden * len(self.targeted), layers, width=hidden)
+            t: mlp(schema.node_types[t], hidden * len(self.targeted), layers, width=width or hidden)
             for t in schema.agent_types
         }) if self.passive else nn.ModuleDict()
         self.reset_parameters()

@@ -214,7 +214,7 @@ class IndividualQ(nn.Module):
         if share == "none":
             unit = UnitEncoder(schema, hidden, model.conv, dict(model.conv_kwargs), layers,
                                model.conv_layers)
-            action = ActionEncoder(schema, hidden, model.passive, layers)
+            action = ActionEncoder(schema, hidden, model.passive, layers, model.passive_width)
             fresh += [unit, action]
         else:
             unit, action = net.unit_encoder, net.action_encoder
