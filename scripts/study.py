@@ -15,6 +15,8 @@ on academy_counterattack_hard).
 Variants of `--env smax` (the paper's SMAC hyper-parameters, configs/smax_5m_vs_6m*.yaml):
   ace           ACE-DQN
   ace_official  ACE with the official code's SMAC recipe (configs/smax_5m_vs_6m_official.yaml)
+  ace_nstep3    ACE with the official code's 3-step returns alone (algo.nstep=3; Eq. 1's
+                targets inside a step undiscounted: algo.intermediate_discount=false)
   ace_wo_ia     ACE-w/o-IA: passive action embeddings off (model.passive=false)
   ace_sorted    Sorted Order: agents by unit type, then position (algo.order=sorted)
   ace_shuffled  Shuffle Order: a random order per sample (algo.order=random)
@@ -64,6 +66,9 @@ VARIANTS = {
     "smax": {
         "ace": (_config("smax_5m_vs_6m.yaml"), [], "ACE"),
         "ace_official": (_config("smax_5m_vs_6m_official.yaml"), [], "ACE, official recipe"),
+        "ace_nstep3": (_config("smax_5m_vs_6m.yaml"),
+                       ["algo.nstep=3", "algo.intermediate_discount=false"],
+                       "ACE, 3-step returns (the official n)"),
         "ace_wo_ia": (_config("smax_5m_vs_6m.yaml"), ["model.passive=false"], "ACE-w/o-IA"),
         "ace_sorted": (_config("smax_5m_vs_6m.yaml"), ["algo.order=sorted"], "ACE, sorted order"),
         "ace_shuffled": (_config("smax_5m_vs_6m.yaml"), ["algo.order=random"], "ACE, shuffled order"),
