@@ -198,12 +198,13 @@ class ACEDQN(QLearner):
         graphs = self.on_device(graphs)
         boot_graphs = self.on_device(next_graphs if boot_graphs is None else boot_graphs)
         check = self._check()
-        # Only Eq. 1 with double-Q needs the online values of the other candidates.
-        forced = Forced(actions)
-        values = "all" if cfg.double_q and cfg.target == "eq1" else "chosen"
         with record_function("phase/online_values"):
-            online = self.net.rollout(graphs, order=cfg.order, selector=forced,
-                                      generator=generator, check=check, values=values)
+            if cfg.double_q and cfg.target == "eq1":  # the online values of every candidate
+                online = self.net.rollout(graphs, order=cfg.order, selector=Forced(actions),
+                                          generator=generator, check=check, values="all")
+            else:
+                online = self.net.value_actions(graphs, actions, order=cfg.order,
+                                                generator=generator, check=check)
         if online.rank.numel() == 0:
             raise ValueError("no state of the batch has an agent: nothing to learn from")
         with torch.no_grad(), record_function("phase/targets"):
@@ -213,19 +214,19 @@ class ACEDQN(QLearner):
                 last = self.last_agent_targets(reward, discount, boot_graphs, generator, check)
                 td_target = last[online.encoded.index.agent_batch]
             else:
-                td_target = self._eq1_targets(graphs, forced, online, reward, discount,
+                td_target = self._eq1_targets(graphs, actions, online, reward, discount,
                                               boot_graphs, generator, check)
         return TDTargets(online.chosen_value, td_target, online)
 
-    def _eq1_targets(self, graphs: Batch, forced: Forced, online: Rollout, reward: Tensor,
+    def _eq1_targets(self, graphs: Batch, actions: Tensor, online: Rollout, reward: Tensor,
                      discount: Tensor, next_graphs: Batch, generator: Optional[torch.Generator],
                      check: bool) -> Tensor:
         """Eq. 1 per agent ``[num_agents]``; the target network follows the online rollout's
         order on ``s``. ``next_graphs`` are the states bootstrapped from, ``discount``
         ``[num_graphs]`` their factor."""
         cfg = self.cfg
-        target = self.target_net.rollout(graphs, order=online.rank, selector=forced,
-                                         check=False, values="successors")
+        target = self.target_net.value_actions(graphs, actions, order=online.rank,
+                                               successors=True, check=False)
         next_t = self.target_net.rollout(next_graphs, order=cfg.order, max_steps=1,
                                          generator=generator, check=check)
         nxt = online.next_agent.clamp(min=0)

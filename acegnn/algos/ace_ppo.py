@@ -85,7 +85,7 @@ from acegnn.graph.schema import GraphSchema
 from acegnn.nn.ace import ACENetwork, ModelConfig
 from acegnn.nn.init import init_relu_layers
 from acegnn.nn.rollout import Rollout
-from acegnn.nn.selectors import Forced, Softmax
+from acegnn.nn.selectors import Softmax
 from acegnn.nn.value_head import ValueHead
 
 
@@ -397,9 +397,9 @@ class ACEPPO(LearnerBase):
         firsts, afters = [], []
         for rows in torch.arange(data.num_rows).split(chunk):
             g = self.on_device(graphs(data.rows(rows)))
-            ro = self.net.rollout(g, order=data.extras["rank"][rows].view(-1).to(self.device),
-                                  selector=Forced(data.actions[rows].view(-1)), check=False,
-                                  values="chosen")
+            ro = self.net.value_actions(g, data.actions[rows].view(-1),
+                                        order=data.extras["rank"][rows].view(-1).to(self.device),
+                                        check=False)
             firsts.append(self.net.value(ro.encoded.units, ro.encoded))
             afters.append(ro.chosen_value.view(rows.numel(), -1))
         return torch.cat(firsts).cpu(), torch.cat(afters).cpu()

@@ -4,6 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Dict, Optional, Union
 
+import torch
 from torch import Tensor, nn
 from torch_geometric.data import Batch, HeteroData
 
@@ -13,6 +14,7 @@ from acegnn.graph.state import as_batch
 from acegnn.nn.action_encoder import ActionEncoder
 from acegnn.nn.init import MLPConfig, init_relu_layers
 from acegnn.nn.rollout import Rollout, sequential_rollout
+from acegnn.nn.selectors import Forced
 from acegnn.nn.se_state import EncodedState
 from acegnn.nn.unit_encoder import UnitEncoder
 from acegnn.nn.value_head import ValueHead
@@ -138,6 +140,25 @@ class ACENetwork(nn.Module):
     def rollout(self, data: Union[HeteroData, Batch], **kwargs) -> Rollout:
         """Decision with rollout; see :func:`acegnn.nn.rollout.sequential_rollout`."""
         return sequential_rollout(self, data, **kwargs)
+
+    def value_actions(self, data: Union[HeteroData, Batch], actions: Tensor,
+                      order: Union[str, Tensor] = "default", successors: bool = False,
+                      generator: Optional[torch.Generator] = None,
+                      check: bool = True) -> Rollout:
+        """V of the SE-states that given joint actions lead through (teacher forcing).
+
+        Args:
+            data (HeteroData or Batch): The states.
+            actions (Tensor): ``[num_agents]`` rows of the batch's action table.
+            order (str or Tensor, optional): Decision order (see
+                :func:`acegnn.nn.rollout.agent_ranks`). (default: :obj:`"default"`)
+            successors (bool, optional): Also value every candidate of the agents after
+                the first (``max_value`` after each given action: what Eq. 1's targets
+                inside a state need). (default: :obj:`False`: the given actions'
+                SE-states only, in ``chosen_value``)
+        """
+        return self.rollout(data, order=order, selector=Forced(actions), generator=generator,
+                            check=check, values="successors" if successors else "chosen")
 
     def __repr__(self) -> str:
         return (f"{self.__class__.__name__}(hidden={self.hidden}, "

@@ -8,7 +8,7 @@ head's structure (ACE-PPO's logit encoder) can read the same candidates in the s
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, List, NamedTuple, Optional, Union
+from typing import TYPE_CHECKING, List, NamedTuple, Optional, Tuple, Union
 
 import torch
 from torch import Tensor
@@ -190,6 +190,177 @@ def _decision(net: "ACENetwork", batch: Batch, enc: EncodedState, order, generat
     return layout.cached(batch, ("rollout", enc.passive is not None), build)
 
 
+class _Candidates(NamedTuple):
+    """Which SE-states each step of a rollout values (phase 2 of :func:`sequential_rollout`).
+
+    The plan's first ``start`` agents (the steps valued at their given action only) come
+    first; the agents ``start..reached`` value every candidate of their table rows.
+    """
+
+    steps: int  # steps of the rollout (max_steps or every agent)
+    reached: int  # agents that decide within those steps
+    start: int  # agents of the steps valued at the given action only
+    given_only: List[bool]  # per step: valued at the given action only
+    given: Optional[_Routes]  # [start, 1] the given actions' routes, None if start == 0
+    given_pool: Optional[Tensor]  # [start, 2, 1]
+    table: Optional[_Routes]  # every candidate, one row per agent (by step)
+    pool: Optional[Tensor]  # [m, 2, S] whether each changed row is pooled
+    valid: Optional[Tensor]  # [reached - start, S] available and not padding
+
+
+class _Trace(NamedTuple):
+    """What the steps of a rollout valued and chose, in step order (phase 3)."""
+
+    values: List[Tensor]  # per step [c, S] (or [c, 1]) candidate values
+    logits: List[Tensor]  # per step [c, S] logit-head outputs (with a logit head)
+    chosen: List[Tensor]  # per step [c] chosen action rows
+    chosen_values: List[Tensor]  # per step [c]
+    greedy: List[Tensor]  # per step valued in full [c] argmax action rows
+    best: List[Tensor]  # per step valued in full [c] max candidate values
+
+
+def _candidates(enc: EncodedState, plan: _Plan, table: Optional[_Routes],
+                given_rows: Optional[Tensor], values: str, max_steps: Optional[int]) -> _Candidates:
+    """Phase 2: the candidates each step values, with their validity and pooling."""
+    idx = enc.index
+    steps = len(plan.counts) if max_steps is None else min(len(plan.counts), int(max_steps))
+    reached = sum(plan.counts[:steps])
+    given_only = [values == "chosen" or (values == "successors" and k == 0)
+                  for k in range(steps)]
+    start = sum(c for c, only in zip(plan.counts, given_only) if only)
+    alive = idx.unit_alive
+    if alive is not None:
+        alive = torch.cat([alive, alive.new_zeros(1)])
+
+    def pooled(routes: _Routes) -> Tensor:  # [m, 2, S]: the changed row is pooled
+        keep = routes.write != idx.num_units if alive is None else alive[routes.write]
+        return keep.to(enc.units.dtype)
+
+    pool = valid = None
+    if reached > start:
+        valid = idx.action_available[table.rows[start:reached]]
+        if table.pad is not None:
+            valid = valid & ~table.pad[start:reached]
+        pool = pooled(table)
+        if not bool(valid.any(1).all()):
+            i = int(plan.agents[start:reached][~valid.any(1)][0])
+            raise ValueError(f"agent {i} (graph {int(idx.agent_batch[i])}) has no available "
+                             f"action; every agent needs at least one")
+    given = given_pool = None
+    if start > 0:
+        given = _routes(enc, given_rows[plan.agents[:start]].unsqueeze(1))
+        given_pool = pooled(given)
+    return _Candidates(steps, reached, start, given_only, given, given_pool, table, pool, valid)
+
+
+def _value_and_select(net: "ACENetwork", enc: EncodedState, plan: _Plan, cand: _Candidates,
+                      selector: Selector, generator: Optional[torch.Generator], lazy: bool,
+                      logit_head: Optional[ValueHead]) -> Tuple[_Trace, Tensor]:
+    """Phase 3: step by step, value the acting agents' candidates, let the selector
+    choose, and move the SE-states along the choices. Returns the trace and the message
+    table the choices index."""
+    idx = enc.index
+    messages = message_table(enc)
+    heads = [SuccessorValues(net.value_head, enc.units, idx, messages, lazy=lazy)]
+    if logit_head is not None:
+        heads.append(SuccessorValues(logit_head, enc.units, idx, messages))
+    trace = _Trace([], [], [], [], [], [])
+    first_column = torch.zeros(max(plan.counts, default=0), dtype=torch.long,
+                               device=enc.units.device)
+    begin = 0
+    for step in range(cand.steps):
+        c = plan.counts[step]
+        acting = slice(begin, begin + c)
+        only = cand.given_only[step]
+        routes, pool = (cand.given, cand.given_pool) if only else (cand.table, cand.pool)
+        extra = None if routes.extra is None else routes.extra[acting]
+        args = (plan.graph[acting], routes.read[acting], routes.msg[acting], extra,
+                routes.write[acting], pool[acting])
+        v = heads[0].values(*args)
+        rows = routes.rows[acting]
+        trace.values.append(v)
+        if only:
+            column = first_column[:c]
+            trace.chosen.append(rows.view(-1))
+            trace.chosen_values.append(v.view(-1))
+        else:
+            valid = cand.valid[begin - cand.start:begin - cand.start + c]
+            best, arg = v.masked_fill(~valid, float("-inf")).max(1)
+            trace.greedy.append(rows.gather(1, arg.unsqueeze(1)).view(-1))
+            trace.best.append(best)
+            logits = None
+            if logit_head is not None:  # the same routes through the second head
+                logits = heads[1].values(*args)
+                trace.logits.append(logits)
+            column = selector.select_column(
+                CandidateTable(rows, v, valid, plan.agents[acting], arg, idx.num_agents, logits),
+                generator)
+            if column is arg:
+                trace.chosen.append(trace.greedy[-1])
+                trace.chosen_values.append(best)
+            else:
+                trace.chosen.append(rows.gather(1, column.unsqueeze(1)).view(-1))
+                trace.chosen_values.append(v.gather(1, column.unsqueeze(1)).view(-1))
+        for head in heads:
+            head.advance(column)
+        begin += c
+    return trace, messages
+
+
+def _assemble(enc: EncodedState, plan: _Plan, cand: _Candidates, trace: _Trace,
+              messages: Tensor, with_logits: bool) -> Rollout:
+    """Phase 4: the trace, from step order to the batch's action and agent order."""
+    idx = enc.index
+    n, A = idx.num_agents, idx.action_kind.numel()
+    device = enc.units.device
+    nan = float("nan")
+    start, reached = cand.start, cand.reached
+    # candidate values: the chosen ones of the first steps, then every valid entry
+    cand_values = enc.units.new_full((A,), nan)
+    parts = []  # (action rows, values)
+    only = sum(cand.given_only)  # steps valued at the given action only
+    if start > 0:
+        parts.append((cand.given.rows.view(-1), torch.cat(trace.values[:only]).view(-1)))
+    if reached > start:
+        parts.append((cand.table.rows[start:reached][cand.valid],
+                      torch.cat(trace.values[only:])[cand.valid]))
+    for rows, vals in parts:
+        if bool(torch.isnan(vals).any()):
+            raise FloatingPointError(NAN_VALUES)
+        cand_values = cand_values.index_put((rows,), vals)
+    cand_logits = None
+    if with_logits:
+        cand_logits = enc.units.new_full((A,), nan)
+        if reached > 0:
+            logits = torch.cat(trace.logits)[cand.valid]
+            if bool(torch.isnan(logits).any()):
+                raise FloatingPointError("the logit head produced NaN logits (diverged "
+                                         "parameters or inputs); no action can be chosen")
+            cand_logits = cand_logits.index_put((cand.table.rows[:reached][cand.valid],), logits)
+
+    chosen_ids = torch.full((n,), -1, dtype=torch.long, device=device)
+    chosen_value = enc.units.new_full((n,), nan)
+    greedy_ids = torch.full((n,), -1, dtype=torch.long, device=device)
+    max_value = enc.units.new_full((n,), nan)
+    chosen = None
+    if reached > 0:
+        chosen = torch.cat(trace.chosen)
+        chosen_ids[plan.agents[:reached]] = chosen
+        chosen_value = chosen_value.index_put((plan.agents[:reached],),
+                                              torch.cat(trace.chosen_values))
+    if reached > start:
+        greedy_ids[plan.agents[start:reached]] = torch.cat(trace.greedy)
+        max_value = max_value.index_put((plan.agents[start:reached],), torch.cat(trace.best))
+    slots = torch.where(chosen_ids >= 0, idx.action_slot[chosen_ids.clamp(min=0)],
+                        torch.full_like(chosen_ids, -1))
+    final_units = apply_actions(enc.units, enc, chosen, messages) if reached > 0 else enc.units
+    return Rollout(actions=slots, action_ids=chosen_ids, rank=plan.rank.clone(),  # the plan
+                   chosen_value=chosen_value, max_value=max_value, greedy_ids=greedy_ids,
+                   candidate_values=cand_values, next_agent=plan.next_agent.clone(),
+                   first_agent=plan.first_agent.clone(), final_units=final_units, encoded=enc,
+                   candidate_logits=cand_logits)
+
+
 def sequential_rollout(
     net: "ACENetwork",
     data: Union[HeteroData, Batch],
@@ -230,9 +401,11 @@ def sequential_rollout(
             its outputs go to the selector (:attr:`CandidateTable.logits`) and to
             :attr:`Rollout.candidate_logits`. Needs ``values="all"``. (default: none)
 
-    The candidates of a step are valued by :class:`~acegnn.nn.value_head.SuccessorValues`
-    (every action of the acting agents, padded to one row per agent; the unavailable
-    ones are never chosen and read NaN in ``candidate_values``).
+    Four phases: plan (who decides when, and every agent's candidate routes:
+    :func:`_decision`), candidates (which SE-states each step values:
+    :func:`_candidates`), value and select (:func:`_value_and_select`, with
+    :class:`~acegnn.nn.value_head.SuccessorValues`; the unavailable candidates are never
+    chosen and read NaN in ``candidate_values``), assemble (:func:`_assemble`).
     """
     if values not in ("all", "chosen", "successors"):
         raise ValueError(f"values must be 'all', 'chosen' or 'successors' (got {values!r})")
@@ -242,128 +415,13 @@ def sequential_rollout(
     selector = GREEDY if selector is None else selector
     batch = as_batch(data)
     enc = net.encode(batch, check=check)
-    idx = enc.index
-    n, A = idx.num_agents, idx.action_kind.numel()
-    device = enc.units.device
     plan, table = _decision(net, batch, enc, order, generator, table=values != "chosen")
-    selector.start(idx)
-    forced = selector.known_rows()
-    if values != "all" and forced is None:
+    selector.start(enc.index)
+    given_rows = selector.known_rows()
+    if values != "all" and given_rows is None:
         raise ValueError(f"values={values!r} needs a selector whose actions are known "
                          f"before valuing (Forced) (got {selector!r})")
-
-    num_steps = len(plan.counts) if max_steps is None else min(len(plan.counts), int(max_steps))
-    reached = sum(plan.counts[:num_steps])
-    chosen_only = [values == "chosen" or (values == "successors" and k == 0)
-                   for k in range(num_steps)]
-    alive = idx.unit_alive
-    if alive is not None:
-        alive = torch.cat([alive, alive.new_zeros(1)])
-
-    def pooled(routes: _Routes) -> Tensor:  # [m, 2, S]: the changed row is pooled
-        keep = routes.write != idx.num_units if alive is None else alive[routes.write]
-        return keep.to(enc.units.dtype)
-
-    # the first `start` agents (steps valued at their chosen action only) come first
-    start = sum(c for c, only in zip(plan.counts, chosen_only) if only)
-    if reached > start:
-        valid = idx.action_available[table.rows[start:reached]]
-        if table.pad is not None:
-            valid = valid & ~table.pad[start:reached]
-        invalid = ~valid
-        pool = pooled(table)
-        if not bool(valid.any(1).all()):
-            i = int(plan.agents[start:reached][invalid.all(1)][0])
-            raise ValueError(f"agent {i} (graph {int(idx.agent_batch[i])}) has no available "
-                             f"action; every agent needs at least one")
-    if start > 0:
-        given = _routes(enc, forced[plan.agents[:start]].unsqueeze(1))
-        given_pool = pooled(given)
-
-    messages = message_table(enc)
-    succ = SuccessorValues(net.value_head, enc.units, idx, messages, lazy=values == "chosen")
-    succ_logit = None if logit_head is None else \
-        SuccessorValues(logit_head, enc.units, idx, messages)
-    logits_by_step = []
-    zero_col = torch.zeros(max(plan.counts, default=0), dtype=torch.long, device=device)
-    values_by_step, chosen, chosen_v, greedy, best = [], [], [], [], []
-    o = 0
-    for k in range(num_steps):
-        c = plan.counts[k]
-        at = slice(o, o + c)
-        r, p = (given, given_pool) if chosen_only[k] else (table, pool)
-        v = succ.values(plan.graph[at], r.read[at], r.msg[at],
-                        None if r.extra is None else r.extra[at], r.write[at], p[at])
-        rows = r.rows[at]
-        values_by_step.append(v)
-        if chosen_only[k]:
-            col = zero_col[:c]
-            chosen.append(rows.view(-1))
-            chosen_v.append(v.view(-1))
-        else:
-            ok = slice(o - start, o - start + c)
-            vmax, arg = v.masked_fill(invalid[ok], float("-inf")).max(1)
-            greedy.append(rows.gather(1, arg.unsqueeze(1)).view(-1))
-            best.append(vmax)
-            logits = None
-            if succ_logit is not None:  # the same routes through the second head
-                logits = succ_logit.values(plan.graph[at], r.read[at], r.msg[at],
-                                           None if r.extra is None else r.extra[at],
-                                           r.write[at], p[at])
-                logits_by_step.append(logits)
-            col = selector.select_column(
-                CandidateTable(rows, v, valid[ok], plan.agents[at], arg, n, logits), generator)
-            if col is arg:
-                chosen.append(greedy[-1])
-                chosen_v.append(vmax)
-            else:
-                chosen.append(rows.gather(1, col.unsqueeze(1)).view(-1))
-                chosen_v.append(v.gather(1, col.unsqueeze(1)).view(-1))
-        succ.advance(col)
-        if succ_logit is not None:
-            succ_logit.advance(col)
-        o += c
-
-    # candidate values: the chosen ones of the first steps, then every valid entry
-    nan = float("nan")
-    cand_values = enc.units.new_full((A,), nan)
-    parts = []  # (action rows, values)
-    only = sum(chosen_only)  # steps valued at the chosen action only
-    if start > 0:
-        parts.append((given.rows.view(-1), torch.cat(values_by_step[:only]).view(-1)))
-    if reached > start:
-        parts.append((table.rows[start:reached][valid], torch.cat(values_by_step[only:])[valid]))
-    for rows, vals in parts:
-        if bool(torch.isnan(vals).any()):
-            raise FloatingPointError(NAN_VALUES)
-        cand_values = cand_values.index_put((rows,), vals)
-    cand_logits = None
-    if succ_logit is not None:
-        cand_logits = enc.units.new_full((A,), nan)
-        if reached > 0:
-            logits = torch.cat(logits_by_step)[valid]
-            if bool(torch.isnan(logits).any()):
-                raise FloatingPointError("the logit head produced NaN logits (diverged "
-                                         "parameters or inputs); no action can be chosen")
-            cand_logits = cand_logits.index_put((table.rows[:reached][valid],), logits)
-
-    # per-agent outputs, from step order to the batch's agent order
-    chosen_ids = torch.full((n,), -1, dtype=torch.long, device=device)
-    chosen_value = enc.units.new_full((n,), nan)
-    greedy_ids = torch.full((n,), -1, dtype=torch.long, device=device)
-    max_value = enc.units.new_full((n,), nan)
-    if reached > 0:
-        chosen = torch.cat(chosen)
-        chosen_ids[plan.agents[:reached]] = chosen
-        chosen_value = chosen_value.index_put((plan.agents[:reached],), torch.cat(chosen_v))
-    if reached > start:
-        greedy_ids[plan.agents[start:reached]] = torch.cat(greedy)
-        max_value = max_value.index_put((plan.agents[start:reached],), torch.cat(best))
-    slots = torch.where(chosen_ids >= 0, idx.action_slot[chosen_ids.clamp(min=0)],
-                        torch.full_like(chosen_ids, -1))
-    final_units = apply_actions(enc.units, enc, chosen, messages) if reached > 0 else enc.units
-    return Rollout(actions=slots, action_ids=chosen_ids, rank=plan.rank.clone(),  # the plan
-                   chosen_value=chosen_value, max_value=max_value, greedy_ids=greedy_ids,
-                   candidate_values=cand_values, next_agent=plan.next_agent.clone(),
-                   first_agent=plan.first_agent.clone(), final_units=final_units, encoded=enc,
-                   candidate_logits=cand_logits)
+    cand = _candidates(enc, plan, table, given_rows, values, max_steps)
+    trace, messages = _value_and_select(net, enc, plan, cand, selector, generator,
+                                        values == "chosen", logit_head)
+    return _assemble(enc, plan, cand, trace, messages, logit_head is not None)
