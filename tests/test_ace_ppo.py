@@ -157,14 +157,14 @@ def test_log_probs_sum_to_the_naive_joint_log_prob(model):
             mine = log_p[slots.index(chosen[agent])].item()
             joint += mine
             entropy = -(log_p.exp() * log_p).sum().item()
-            assert sel.log_prob[agents[agent]].item() == pytest.approx(mine, abs=1e-5)
-            assert sel.entropy[agents[agent]].item() == pytest.approx(entropy, abs=1e-5)
+            assert ro.selection["log_prob"][agents[agent]].item() == pytest.approx(mine, abs=1e-5)
+            assert ro.selection["entropy"][agents[agent]].item() == pytest.approx(entropy, abs=1e-5)
             rows = (idx.action_agent == agents[agent]).nonzero().view(-1)
             for s in slots:  # the rollout's logits and values of every candidate
                 row = rows[idx.action_slot[rows] == s].item()
                 assert ro.candidate_logits[row].item() == pytest.approx(step[s].item(), abs=1e-4)
                 assert ro.candidate_values[row].item() == pytest.approx(vals[s].item(), abs=1e-5)
-        per_graph = sel.log_prob[agents].sum().item()
+        per_graph = ro.selection["log_prob"][agents].sum().item()
         assert per_graph == pytest.approx(joint, abs=1e-4)
         joint_checked += 1
         assert joint < 0  # the logits are sharp, not every choice is certain
@@ -227,12 +227,12 @@ def test_softmax_selector_samples_the_policy():
                            torch.zeros(20000, dtype=torch.long), 20000, logits)
     sel = Softmax()
     sel.start(SimpleNamespace(num_agents=20000))  # all a sampling selector reads of the index
-    col = sel.select_column(table, torch.Generator().manual_seed(0))
+    col, stats = sel.select_column(table, torch.Generator().manual_seed(0))
     freq = torch.bincount(col, minlength=4).float() / 20000
     p = torch.softmax(torch.tensor([1.0, 0.0, 2.0]), 0)
     assert freq[3] == 0
     assert torch.allclose(freq[:3], p, atol=0.01)
-    assert torch.allclose(sel.log_prob, p.log()[col], atol=1e-6)
+    assert torch.allclose(stats["log_prob"], p.log()[col], atol=1e-6)
 
 
 def test_expected_first_value_is_the_policy_weighted_value():

@@ -277,6 +277,14 @@ class RunningMeanStd:
         self.mean, self.var, self.count = state["mean"].clone(), state["var"].clone(), state["count"].clone()
 
 
+def _selection(ro: Rollout, name: str) -> Tensor:
+    """``[num_agents]`` figure ``name`` the Softmax selector returned (NaN for every agent
+    where the rollout made no choice)."""
+    if ro.selection is None:
+        return ro.chosen_value.new_full(ro.chosen_value.shape, float("nan"))
+    return ro.selection[name]
+
+
 def expected_first_value(ro: Rollout) -> Tensor:
     r"""``[num_graphs]`` :math:`\sum_a \pi(a \mid s) V(s_a)` over the first agent's
     candidates, from a rollout with a logit head (``max_steps=1`` is enough); the raw
@@ -373,7 +381,7 @@ class ACEPPO(LearnerBase):
         if n * B != idx.num_agents:
             raise ValueError("ACE-PPO needs the same number of agents in every state")
         choices = torch.bincount(idx.action_agent[idx.action_available], minlength=idx.num_agents)
-        extras = {"log_prob": sel.log_prob.view(B, n), "value": ro.chosen_value.view(B, n),
+        extras = {"log_prob": _selection(ro, "log_prob").view(B, n), "value": ro.chosen_value.view(B, n),
                   "first_value": self.net.value(ro.encoded.units, ro.encoded),
                   "rank": ro.rank.view(B, n), "choice": (choices > 1).view(B, n)}
         return ro.actions, {k: v.cpu() for k, v in extras.items()}
@@ -388,7 +396,7 @@ class ACEPPO(LearnerBase):
         B = ro.encoded.index.num_graphs
         first = self.net.value(ro.encoded.units, ro.encoded)
         value = torch.cat([first.unsqueeze(1), ro.chosen_value.view(B, -1)], dim=1)
-        return sel.log_prob, sel.entropy, value
+        return _selection(ro, "log_prob"), _selection(ro, "entropy"), value
 
     @torch.no_grad()
     def _head_values(self, data: Trajectories, graphs, chunk: int) -> Tuple[Tensor, Tensor]:

@@ -8,7 +8,7 @@ head's structure (ACE-PPO's logit encoder) can read the same candidates in the s
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, List, NamedTuple, Optional, Tuple, Union
+from typing import TYPE_CHECKING, Dict, List, NamedTuple, Optional, Tuple, Union
 
 import torch
 from torch import Tensor
@@ -19,7 +19,7 @@ from acegnn.graph.index import UnitIndex, store_of
 from acegnn.graph.schema import ACTION
 from acegnn.graph.state import as_batch
 from acegnn.nn.se_state import EncodedState, apply_actions, message_routes, message_table
-from acegnn.nn.selectors import CandidateTable, Greedy, Selector
+from acegnn.nn.selectors import CandidateTable, Greedy, Selection, Selector
 from acegnn.nn.value_head import SuccessorValues, ValueHead
 
 GREEDY = Greedy()
@@ -48,6 +48,8 @@ class Rollout(NamedTuple):
     final_units: Tensor  # [num_units, H] unit embeddings of the last SE-state reached
     encoded: EncodedState  # the shared encoding of the states
     candidate_logits: Optional[Tensor] = None  # [num_actions] logit-head output, or None
+    selection: Optional[Dict[str, Tensor]] = None  # name -> [num_agents] what the selector
+    # returned with its choices (Selection.stats), NaN for agents it did not choose for
 
 
 def agent_ranks(index: UnitIndex, order: Union[str, Tensor] = "default",
@@ -217,6 +219,7 @@ class _Trace(NamedTuple):
     chosen_values: List[Tensor]  # per step [c]
     greedy: List[Tensor]  # per step valued in full [c] argmax action rows
     best: List[Tensor]  # per step valued in full [c] max candidate values
+    stats: List[Tuple[Tensor, Dict[str, Tensor]]]  # per step: acting agents, Selection.stats
 
 
 def _candidates(enc: EncodedState, plan: _Plan, table: Optional[_Routes],
@@ -264,7 +267,7 @@ def _value_and_select(net: "ACENetwork", enc: EncodedState, plan: _Plan, cand: _
     heads = [SuccessorValues(net.value_head, enc.units, idx, messages, lazy=lazy)]
     if logit_head is not None:
         heads.append(SuccessorValues(logit_head, enc.units, idx, messages))
-    trace = _Trace([], [], [], [], [], [])
+    trace = _Trace([], [], [], [], [], [], [])
     first_column = torch.zeros(max(plan.counts, default=0), dtype=torch.long,
                                device=enc.units.device)
     begin = 0
@@ -295,6 +298,9 @@ def _value_and_select(net: "ACENetwork", enc: EncodedState, plan: _Plan, cand: _
             column = selector.select_column(
                 CandidateTable(rows, v, valid, plan.agents[acting], arg, idx.num_agents, logits),
                 generator)
+            if isinstance(column, Selection):
+                trace.stats.append((plan.agents[acting], column.stats))
+                column = column.column
             if column is arg:
                 trace.chosen.append(trace.greedy[-1])
                 trace.chosen_values.append(best)
@@ -353,12 +359,19 @@ def _assemble(enc: EncodedState, plan: _Plan, cand: _Candidates, trace: _Trace,
         max_value = max_value.index_put((plan.agents[start:reached],), torch.cat(trace.best))
     slots = torch.where(chosen_ids >= 0, idx.action_slot[chosen_ids.clamp(min=0)],
                         torch.full_like(chosen_ids, -1))
+    selection = None
+    if trace.stats:
+        acting = torch.cat([agents for agents, _ in trace.stats])
+        selection = {}
+        for name in trace.stats[0][1]:
+            vals = torch.cat([stats[name] for _, stats in trace.stats])
+            selection[name] = vals.new_full((n,), nan).index_put((acting,), vals)
     final_units = apply_actions(enc.units, enc, chosen, messages) if reached > 0 else enc.units
     return Rollout(actions=slots, action_ids=chosen_ids, rank=plan.rank.clone(),  # the plan
                    chosen_value=chosen_value, max_value=max_value, greedy_ids=greedy_ids,
                    candidate_values=cand_values, next_agent=plan.next_agent.clone(),
                    first_agent=plan.first_agent.clone(), final_units=final_units, encoded=enc,
-                   candidate_logits=cand_logits)
+                   candidate_logits=cand_logits, selection=selection)
 
 
 def sequential_rollout(

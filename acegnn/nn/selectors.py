@@ -12,18 +12,19 @@ selector's, so a new learner adds a selector, not a branch in the rollout:
   the only selector whose choices are known before valuing, which lets the rollout value
   only the chosen candidates (``values="chosen"``);
 * :class:`Softmax`: the policy of ACE-PPO, a softmax over the candidates' logits (a
-  rollout with a ``logit_head``), sampled, greedy or teacher-forced; it keeps every
-  agent's log-probability and entropy.
+  rollout with a ``logit_head``), sampled, greedy or teacher-forced; it returns every
+  acting agent's log-probability and entropy with its choice.
 
-A selector may keep what it computed (for example the log-probabilities of a sampling
-policy) on itself: :meth:`Selector.start` is called once per rollout, before the first
-step. The rollout holds a step's candidates as a :class:`CandidateTable` (one row per
-acting agent) and calls :meth:`Selector.select_column`; a selector that only implements
+:meth:`Selector.start` is called once per rollout, before the first step. The rollout
+holds a step's candidates as a :class:`CandidateTable` (one row per acting agent) and
+calls :meth:`Selector.select_column`, which returns the chosen columns, or a
+:class:`Selection` with per-agent figures the rollout returns in
+:attr:`~acegnn.nn.rollout.Rollout.selection`; a selector that only implements
 :meth:`Selector.select` gets the flat :class:`Candidates` of the table.
 """
 from __future__ import annotations
 
-from typing import NamedTuple, Optional
+from typing import Dict, NamedTuple, Optional, Union
 
 import torch
 from torch import Tensor
@@ -67,6 +68,13 @@ class CandidateTable(NamedTuple):
         return ((self.rows == rows.unsqueeze(1)) & self.valid).to(torch.uint8).argmax(1)
 
 
+class Selection(NamedTuple):
+    """A step's choice with what the selector computed for it, per acting agent."""
+
+    column: Tensor  # [k] the chosen column of each acting agent
+    stats: Dict[str, Tensor]  # name -> [k] (e.g. Softmax: log_prob, entropy)
+
+
 class Selector:
     """Chooses the acting agents' actions from their valued candidates (greedy here).
 
@@ -87,9 +95,10 @@ class Selector:
         return cands.greedy
 
     def select_column(self, table: CandidateTable,
-                      generator: Optional[torch.Generator] = None) -> Tensor:
-        """``[k]`` column of ``table`` each acting agent chooses; by default
-        :meth:`select` on ``table.candidates()``."""
+                      generator: Optional[torch.Generator] = None) -> Union[Tensor, Selection]:
+        """``[k]`` column of ``table`` each acting agent chooses (or a :class:`Selection`
+        that adds per-agent figures); by default :meth:`select` on
+        ``table.candidates()``."""
         return table.column(self.select(table.candidates(), generator))
 
     def __repr__(self) -> str:
@@ -182,9 +191,10 @@ class Softmax(Selector):
             {\sum_{\tilde a \in \mathcal{A}_{i+1}} e^{l(\tilde a \mid s_{a_{1:i}})}}
 
     over its available actions :math:`\mathcal{A}_{i+1}`, with :math:`l` the logits a rollout
-    with a ``logit_head`` puts in :attr:`CandidateTable.logits`. After the rollout,
-    :attr:`log_prob` and :attr:`entropy` hold every agent's log-probability of the action
-    it took and the entropy of its distribution (differentiable when autograd is on).
+    with a ``logit_head`` puts in :attr:`CandidateTable.logits`. Each step returns a
+    :class:`Selection` with ``log_prob`` (of the action taken) and ``entropy`` (of the
+    agent's distribution), differentiable when autograd is on: the rollout's
+    ``selection["log_prob"]`` and ``selection["entropy"]``, ``[num_agents]``.
 
     Args:
         actions (Tensor, optional): ``[num_agents]`` action slots to take instead of
@@ -198,18 +208,15 @@ class Softmax(Selector):
             raise ValueError("Softmax takes given actions or the greedy ones, not both")
         self.actions, self.greedy = actions, greedy
         self.rows: Optional[Tensor] = None
-        self._parts: list = []
-        self._n = 0
 
     def start(self, index: UnitIndex) -> None:
         self.rows = None if self.actions is None else forced_rows(index, self.actions)
-        self._parts, self._n = [], index.num_agents
 
     def known_rows(self) -> Optional[Tensor]:
         return self.rows
 
     def select_column(self, table: CandidateTable,
-                      generator: Optional[torch.Generator] = None) -> Tensor:
+                      generator: Optional[torch.Generator] = None) -> Selection:
         if table.logits is None:
             raise ValueError("the Softmax selector needs a rollout with a logit head "
                              "(sequential_rollout(..., logit_head=...))")
@@ -224,26 +231,8 @@ class Softmax(Selector):
             col = (logits - torch.log(-torch.log(u.clamp_(min=1e-20)))).argmax(1)
         log_p = log_p.masked_fill(~table.valid, 0.0)  # finite gradients: p is 0 there
         entropy = -(log_p.exp() * table.valid.to(log_p.dtype) * log_p).sum(1)
-        self._parts.append((table.acting, log_p.gather(1, col.unsqueeze(1)).squeeze(1), entropy))
-        return col
-
-    def _per_agent(self, k: int) -> Tensor:
-        """``[num_agents]`` field ``k`` of the steps, NaN for agents not reached."""
-        if not self._parts:
-            return torch.full((self._n,), float("nan"))
-        acting = torch.cat([p[0] for p in self._parts])
-        vals = torch.cat([p[k] for p in self._parts])
-        return vals.new_full((self._n,), float("nan")).index_put((acting,), vals)
-
-    @property
-    def log_prob(self) -> Tensor:
-        r"""``[num_agents]`` :math:`\log \pi(a_i \mid s_{a_{1:i-1}})` of the taken actions."""
-        return self._per_agent(1)
-
-    @property
-    def entropy(self) -> Tensor:
-        """``[num_agents]`` entropy of each agent's distribution over its candidates."""
-        return self._per_agent(2)
+        return Selection(col, {"log_prob": log_p.gather(1, col.unsqueeze(1)).squeeze(1),
+                               "entropy": entropy})
 
     def __repr__(self) -> str:
         mode = "forced" if self.actions is not None else "greedy" if self.greedy else "sample"
