@@ -279,7 +279,8 @@ def _value_and_select(net: "ACENetwork", enc: EncodedState, plan: _Plan, cand: _
         extra = None if routes.extra is None else routes.extra[acting]
         args = (plan.graph[acting], routes.read[acting], routes.msg[acting], extra,
                 routes.write[acting], pool[acting])
-        v = heads[0].values(*args)
+        v, successors = heads[0].values(*args)
+        moves = [successors]
         rows = routes.rows[acting]
         trace.values.append(v)
         if only:
@@ -293,7 +294,8 @@ def _value_and_select(net: "ACENetwork", enc: EncodedState, plan: _Plan, cand: _
             trace.best.append(best)
             logits = None
             if logit_head is not None:  # the same routes through the second head
-                logits = heads[1].values(*args)
+                logits, logit_successors = heads[1].values(*args)
+                moves.append(logit_successors)
                 trace.logits.append(logits)
             column = selector.select_column(
                 CandidateTable(rows, v, valid, plan.agents[acting], arg, idx.num_agents, logits),
@@ -307,8 +309,8 @@ def _value_and_select(net: "ACENetwork", enc: EncodedState, plan: _Plan, cand: _
             else:
                 trace.chosen.append(rows.gather(1, column.unsqueeze(1)).view(-1))
                 trace.chosen_values.append(v.gather(1, column.unsqueeze(1)).view(-1))
-        for head in heads:
-            head.advance(column)
+        for head, move in zip(heads, moves):
+            head.advance(move, column)
         begin += c
     return trace, messages
 

@@ -214,6 +214,17 @@ class ValueHead(nn.Module):
         return f"{self.__class__.__name__}({self.hidden}, pool={self.pool}, layers={self.layers})"
 
 
+class Successors(NamedTuple):
+    """A step's candidate successors as :meth:`SuccessorValues.values` computed them, for
+    :meth:`SuccessorValues.advance`."""
+
+    pre: Tensor  # [c, 2, S, H] first-fc pre-activations of the changed rows
+    new: Tensor  # [c, 2, S] their scores (linear readout) or [c, 2, S, H] hidden rows
+    change: Optional[Tensor]  # [c, S] change of the pooled score sum (linear readout)
+    write: Tensor  # [c, 2, S] the rows they replace
+    graph: Tensor  # [c] graph of each acting agent
+
+
 class SuccessorValues:
     r"""V of the candidate successors of one SE-state after another, as a decision with
     rollout needs them, without re-encoding and without an ``H x H`` product per step.
@@ -276,7 +287,6 @@ class SuccessorValues:
                 self.count = count.clamp(min=1).to(h.dtype)
         else:
             self.hidden = h
-        self._last = None
 
     def _message_pre(self, rows: Tensor) -> Tensor:
         """``W m`` of the messages ``rows`` ``[K] -> [K, H]``."""
@@ -288,9 +298,10 @@ class SuccessorValues:
         return t.index_copy_(0, rows, new) if self.inplace else t.index_copy(0, rows, new)
 
     def values(self, graph: Tensor, read: Tensor, msg: Tensor, extra: Optional[Tensor],
-               write: Tensor, pool: Tensor) -> Tensor:
-        """V of the successors ``[c, S]`` of the current SE-state; ``graph`` ``[c]`` is
-        the graph of each acting agent. :meth:`advance` then moves to chosen ones."""
+               write: Tensor, pool: Tensor) -> Tuple[Tensor, "Successors"]:
+        """V of the successors ``[c, S]`` of the current SE-state (``graph`` ``[c]``: the
+        graph of each acting agent), and the :class:`Successors` that :meth:`advance`
+        moves the chosen ones along."""
         c, _, S = read.shape
         H = self.pre.size(1)
         rows = read.reshape(-1)
@@ -305,8 +316,7 @@ class SuccessorValues:
             total = self.total.index_select(0, graph).unsqueeze(1) + change  # [c, S]
             if self.count is not None:
                 total = total.div_(self.count.index_select(0, graph).unsqueeze(1))
-            self._last = (pre, score, change, write, graph)
-            return total.add_(self.bias)
+            return total.add_(self.bias), Successors(pre, score, change, write, graph)
         index = self.index
         changed = write[:, 1] != index.num_units  # [c, S] the candidate changes a target row
         h = self._hidden(pre, changed)
@@ -314,8 +324,7 @@ class SuccessorValues:
         # every candidate of an agent has the agent as its actor (padding repeats one)
         v = self.head.hidden_values(base, index, graph, read[:, 0, 0], h[:, 0], read[:, 1],
                                     h[:, 1], changed)
-        self._last = (pre, h, None, write, graph)
-        return v
+        return v, Successors(pre, h, None, write, graph)
 
     def _hidden(self, pre: Tensor, changed: Tensor) -> Tensor:
         """The rest of the unit MLP on ``pre`` ``[c, 2, S, H]``, on the target rows only
@@ -328,10 +337,10 @@ class SuccessorValues:
             target = target.index_put((changed,), self.head.hidden_of_pre(pre[:, 1][changed]))
         return torch.stack([self.head.hidden_of_pre(pre[:, 0]), target], dim=1)
 
-    def advance(self, col: Tensor) -> None:
+    def advance(self, successors: "Successors", col: Tensor) -> None:
         """Move every acting agent's SE-state to its successor in column ``col`` ``[c]``
-        of the last :meth:`values`."""
-        pre, new, change, write, graph = self._last
+        of ``successors`` (what :meth:`values` returned for this step)."""
+        pre, new, change, write, graph = successors
         c, _, S = write.shape
         H = pre.size(-1)
         entry = torch.arange(0, c * S, S, device=col.device).add_(col)  # [c] in [c, S]

@@ -646,16 +646,10 @@ def animate(frames: Sequence[Frame], path, fps: float = 2, dpi: int = 80,
         figsize = tuple(sizes.max(axis=0).tolist())
     fig = _figure(figsize)
     fig.set_dpi(dpi)
-    # the animation redraws the figure after each update and the writer draws it again
-    # to grab it; this figure is ours alone, so the first of the two draws is skipped
-    fig.canvas.draw_idle = lambda *args, **kwargs: None
-
-    def update(k: int):
-        fig.clear()
-        _draw_frame_into(fig, frames[k], top_k, edges, max_edges, seed, labels, bool(relative))
-        return []
-
-    anim = animation.FuncAnimation(fig, update, frames=len(frames), init_func=lambda: [],
-                                   blit=False, repeat=False, cache_frame_data=False)
-    anim.save(path, writer=writer, dpi=dpi)
+    # each frame is drawn once, by the writer that grabs it
+    with writer.saving(fig, path, dpi):
+        for frame in frames:
+            fig.clear()
+            _draw_frame_into(fig, frame, top_k, edges, max_edges, seed, labels, bool(relative))
+            writer.grab_frame()
     return path
