@@ -17,6 +17,7 @@ Variants of `--env smax` (the paper's SMAC hyper-parameters, configs/smax_5m_vs_
   ace_official  ACE with the official code's SMAC recipe (configs/smax_5m_vs_6m_official.yaml)
   ace_nstep3    ACE with the official code's 3-step returns alone (algo.nstep=3; Eq. 1's
                 targets inside a step undiscounted: algo.intermediate_discount=false)
+  ace_theta05   ACE with a faster target network (algo.target_theta=0.05; paper 0.008)
   ace_wo_ia     ACE-w/o-IA: passive action embeddings off (model.passive=false)
   ace_sorted    Sorted Order: agents by unit type, then position (algo.order=sorted)
   ace_shuffled  Shuffle Order: a random order per sample (algo.order=random)
@@ -69,6 +70,8 @@ VARIANTS = {
         "ace_nstep3": (_config("smax_5m_vs_6m.yaml"),
                        ["algo.nstep=3", "algo.intermediate_discount=false"],
                        "ACE, 3-step returns (the official n)"),
+        "ace_theta05": (_config("smax_5m_vs_6m.yaml"), ["algo.target_theta=0.05"],
+                        "ACE, target theta 0.05"),
         "ace_wo_ia": (_config("smax_5m_vs_6m.yaml"), ["model.passive=false"], "ACE-w/o-IA"),
         "ace_sorted": (_config("smax_5m_vs_6m.yaml"), ["algo.order=sorted"], "ACE, sorted order"),
         "ace_shuffled": (_config("smax_5m_vs_6m.yaml"), ["algo.order=random"], "ACE, shuffled order"),
