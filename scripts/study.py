@@ -177,9 +177,10 @@ def records_of_eval_csv(paths: List[str], env: str) -> List[dict]:
 
 
 def mean_at(records: List[dict], at: List[int], window: int) -> str:
-    """Mean and standard deviation over seeds (the paper's GRF protocol) of the test win
-    rate at each of ``at``: per seed the mean of its evaluations within ``window`` steps
-    either side; beside it the paper's curve there."""
+    """The test win rate over seeds at each of ``at``, by the environment's statistic
+    (:data:`SPREAD`: SMAC's median and 25-75% percentiles, GRF's mean and standard
+    deviation): per seed the mean of its evaluations within ``window`` steps either side;
+    beside it the paper's curve there."""
     groups: Dict[tuple, List[dict]] = {}
     for r in records:
         groups.setdefault(_key(r), []).append(r)
@@ -193,8 +194,12 @@ def mean_at(records: List[dict], at: List[int], window: int) -> str:
             if not per_seed:
                 cells.append("")
                 continue
-            sd = statistics.stdev(per_seed) if len(per_seed) > 1 else 0.0
-            cells.append(f"{statistics.mean(per_seed):.2f} +- {sd:.2f} ({len(per_seed)})")
+            if env == "grf":
+                sd = statistics.stdev(per_seed) if len(per_seed) > 1 else 0.0
+                cells.append(f"{statistics.mean(per_seed):.2f} +- {sd:.2f} ({len(per_seed)})")
+            else:
+                mid, low, high = quantiles(per_seed)
+                cells.append(f"{mid:.2f} ({low:.2f}-{high:.2f}; {len(per_seed)})")
         lines.append(f"| {VARIANTS[env][variant][2]} | {scenario} | {len(runs)} | "
                      + " | ".join(cells) + " |")
         paper = [paper_at(env, scenario, x) for x in at]

@@ -293,6 +293,23 @@ def test_study_tabulates_eval_csv_files_beside_the_papers_curve(tmp_path):
     assert out.returncode != 0 and "name it <variant>_<scenario>_seed<seed>.csv" in out.stderr
 
 
+def test_study_tabulates_smax_eval_csv_files_by_median_and_percentiles(tmp_path):
+    """SMAC's protocol at given steps: the median and 25-75% percentiles over seeds."""
+    rates = {0: 0.25, 1: 0.5, 2: 1.0}
+    paths = []
+    for seed, rate in rates.items():
+        path = tmp_path / f"ace_nstep3_3m_seed{seed}.csv"
+        path.write_text("samples,win_rate,mean_return,mean_steps,allies_alive,enemies_alive\n"
+                        f"10000,0.0,0,10,0,1\n50000,{rate},0,10,0,0\n")
+        paths.append(str(path))
+    md = tmp_path / "t.md"
+    run(["scripts/study.py", "--eval-csv", *paths, "--at", "10000", "50000", "--window", "1000",
+         "--markdown", str(md)])
+    # 0.25, 0.5, 1.0: median 0.5, percentiles (linear) 0.375 and 0.75
+    assert ("| ACE, 3-step returns (the official n) | 3m | 3 | 0.00 (0.00-0.00; 3) "
+            "| 0.50 (0.38-0.75; 3) |") in md.read_text()
+
+
 def test_study_refuses_a_variant_the_environment_lacks():
     out = subprocess.run([sys.executable, "scripts/study.py", "--env", "grf", "--variants",
                           "ace_wo_ia", "--records", "none.json"], cwd=ROOT, capture_output=True,
