@@ -124,7 +124,7 @@ def read_config_file(path: str, _chain: Tuple[str, ...] = ()) -> DictConfig:
         raw = OmegaConf.load(path)
     except FileNotFoundError:
         raise ValueError(f"config file not found: {path}{where}") from None
-    except (OmegaConfBaseException, Exception) as e:  # YAML syntax
+    except Exception as e:  # YAML syntax, OmegaConf's own errors
         raise ValueError(f"cannot read the config file {path}{where}: {e}") from None
     if not isinstance(raw, DictConfig):
         raise ValueError(f"config file {path}{where} is not a mapping of keys to values")
