@@ -62,6 +62,9 @@ def _config(name: str) -> str:
     return os.path.join(ROOT, "configs", name)
 
 
+#: The football issue's probe: the official recipe with CDS's reward, the time limit
+#: truncated and no sticky-action features.
+PROBE = ["env.reward=cds", "env.time_limit_terminal=false", "env.sticky_features=false"]
 #: env -> variant -> (config, overrides, label)
 VARIANTS = {
     "smax": {
@@ -85,13 +88,10 @@ VARIANTS = {
                          "ACE, official recipe"),
         "ace_official_cds": (_config("grf_3_vs_1_with_keeper_official.yaml"), ["env.reward=cds"],
                              "ACE, official recipe, CDS's reward"),
-        "ace_official_probe": (_config("grf_3_vs_1_with_keeper_official.yaml"),
-                               ["env.reward=cds", "env.time_limit_terminal=false",
-                                "env.sticky_features=false"],
+        "ace_official_probe": (_config("grf_3_vs_1_with_keeper_official.yaml"), PROBE,
                                "ACE, official recipe as the issue's probe"),
         "ace_official_probe_wide": (_config("grf_3_vs_1_with_keeper_official.yaml"),
-                                    ["env.reward=cds", "env.time_limit_terminal=false",
-                                     "env.sticky_features=false", "model.passive_width=2432"],
+                                    [*PROBE, "model.passive_width=2432"],
                                     "ACE, the issue's probe with its 2432-wide passive encoder"),
         "qmix": (_config("grf_3_vs_1_with_keeper_qmix.yaml"), [], "QMIX-SHARED"),
     },
