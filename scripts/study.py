@@ -33,6 +33,7 @@ Variants of `--env grf` (the paper's GRF hyper-parameters, configs/grf_3_vs_1_wi
                       limit truncated, no sticky-action features
   ace_official_probe_wide  and the probe's passive encoder, 2432 wide inside
                       (model.passive_width=2432: hidden 128 x 19 kinds)
+  ace_official_wide   the official recipe with that 2432-wide passive encoder alone
 
     python scripts/study.py --variants ace qmix --scenarios 5m_vs_6m 3s_vs_5z --seeds 0 1 2 \\
         --total-samples 100000 --markdown curves.md --plot curves.png
@@ -93,6 +94,9 @@ VARIANTS = {
         "ace_official_probe_wide": (_config("grf_3_vs_1_with_keeper_official.yaml"),
                                     [*PROBE, "model.passive_width=2432"],
                                     "ACE, the issue's probe with its 2432-wide passive encoder"),
+        "ace_official_wide": (_config("grf_3_vs_1_with_keeper_official.yaml"),
+                              ["model.passive_width=2432"],
+                              "ACE, official recipe, 2432-wide passive encoder"),
         "qmix": (_config("grf_3_vs_1_with_keeper_qmix.yaml"), [], "QMIX-SHARED"),
     },
 }
