@@ -80,6 +80,91 @@ def unit_index(schema: GraphSchema, batch: Batch, check: bool = True) -> UnitInd
     return compute_unit_index(schema, batch, check)
 
 
+class _UnitLayout(NamedTuple):
+    """Where each node type's units sit in the flat rows of a batch."""
+
+    counts: Tensor  # [T, B] units of type t in graph b
+    type_start: Tensor  # [T, B] flat row of the first unit of type t in graph b
+    unit_count: Tensor  # [B]
+    unit_ptr: Tensor  # [B + 1]
+    unit_batch: Tensor  # [num_units]
+    flat: Dict[str, Tensor]  # node type -> [N_t] flat rows
+
+
+def _unit_layout(names, batch: Batch, num_graphs: int, device) -> _UnitLayout:
+    ptrs = torch.stack([_ptr(batch[t], num_graphs, device) for t in names])  # [T, B + 1]
+    counts = ptrs[:, 1:] - ptrs[:, :-1]  # [T, B]
+    unit_count = counts.sum(0)
+    unit_ptr = torch.zeros(num_graphs + 1, dtype=torch.long, device=device)
+    unit_ptr[1:] = unit_count.cumsum(0)
+    type_start = unit_ptr[:-1].unsqueeze(0) + counts.cumsum(0) - counts  # [T, B]
+    flat: Dict[str, Tensor] = {}
+    for ti, t in enumerate(names):
+        n = int(ptrs[ti, -1])
+        b = batch[t].batch if n > 0 else torch.zeros(0, dtype=torch.long, device=device)
+        flat[t] = type_start[ti, b] + torch.arange(n, device=device) - ptrs[ti, b]
+    unit_batch = torch.repeat_interleave(torch.arange(num_graphs, device=device), unit_count)
+    return _UnitLayout(counts, type_start, unit_count, unit_ptr, unit_batch, flat)
+
+
+def _agent_layout(schema: GraphSchema, units: _UnitLayout, num_graphs: int):
+    """The agents' flat rows (graph-major, types in schema order), their graphs, the
+    per-graph pointer and ``agent_of_row`` ``[num_units]`` (-1 for a unit that is no agent)."""
+    agents, _ = torch.sort(torch.cat([units.flat[t] for t in schema.agent_types]))
+    agent_batch = units.unit_batch[agents]
+    agent_ptr = torch.zeros(num_graphs + 1, dtype=torch.long, device=agents.device)
+    agent_ptr[1:] = torch.bincount(agent_batch, minlength=num_graphs).cumsum(0)
+    agent_of_row = torch.full((units.unit_batch.numel(),), -1, dtype=torch.long, device=agents.device)
+    agent_of_row[agents] = torch.arange(agents.numel(), device=agents.device)
+    return agents, agent_batch, agent_ptr, agent_of_row
+
+
+def _flat_rows(names, units: _UnitLayout, type_idx: Tensor, local: Tensor, graph: Tensor,
+               what: str, check: bool) -> Tensor:
+    """Flat rows of the units ``(type_idx, local)`` of the graphs ``graph`` (an action's
+    actor or target), checked to exist when ``check``."""
+    num_types = len(names)
+    bad = (type_idx < 0) | (type_idx >= num_types)
+    if check and bool(bad.any()):
+        raise ValueError(f"action {what} type index out of range 0..{num_types - 1} "
+                         f"(got {type_idx[bad][:5].tolist()})")
+    ti = type_idx.clamp(0, num_types - 1)
+    n_of = units.counts[ti, graph]
+    bad = (local < 0) | (local >= n_of)
+    if check and bool(bad.any()):
+        i = int(bad.nonzero()[0])
+        raise ValueError(f"action {i} of graph {int(graph[i])}: {what} {int(local[i])} is not a "
+                         f"unit of type '{names[int(ti[i])]}' in that graph "
+                         f"(it has {int(n_of[i])})")
+    return units.type_start[ti, graph] + local
+
+
+def _check_action_kinds(schema: GraphSchema, store) -> None:
+    """Each action's kind exists, its actor is of an agent type, and it has a target
+    exactly when its kind is targeted."""
+    kind, device = store.kind, store.kind.device
+    bad = (kind < 0) | (kind >= schema.num_kinds)
+    if bool(bad.any()):
+        raise ValueError(f"action kind out of range 0..{schema.num_kinds - 1} "
+                         f"(got {kind[bad][:5].tolist()})")
+    agent_type_ids = torch.tensor([schema.node_type_index(t) for t in schema.agent_types],
+                                  device=device)
+    bad = ~torch.isin(store.actor_type, agent_type_ids)
+    if bool(bad.any()):
+        raise ValueError(f"an actor must be a unit of an agent type {list(schema.agent_types)} "
+                         f"(got type index {int(store.actor_type[bad][0])})")
+    targeted = torch.zeros(schema.num_kinds, dtype=torch.bool, device=device)
+    targeted[list(schema.targeted_kinds)] = True
+    need, has_target = targeted[kind], store.target >= 0
+    for wrong, says in ((need & ~has_target, "is targeted but has no target"),
+                        (~need & has_target, "is not targeted but has a target")):
+        if bool(wrong.any()):
+            i = int(wrong.nonzero()[0])
+            extra = f" ({int(store.target[i])})" if says.endswith("a target") else ""
+            raise ValueError(f"action {i} of kind '{schema.action_kinds[int(kind[i])].name}' "
+                             f"{says}{extra}")
+
+
 def compute_unit_index(schema: GraphSchema, batch: Batch, check: bool = True,
                        per_state: bool = True) -> UnitIndex:
     """:func:`unit_index` from scratch; without ``per_state``, only the structure (the
@@ -89,94 +174,29 @@ def compute_unit_index(schema: GraphSchema, batch: Batch, check: bool = True,
     device = batch[names[0]].x.device
     if check:
         check_features(schema, batch)
-
-    ptrs = torch.stack([_ptr(batch[t], num_graphs, device) for t in names])  # [T, B + 1]
-    counts = ptrs[:, 1:] - ptrs[:, :-1]  # [T, B]
-    unit_count = counts.sum(0)
-    unit_ptr = torch.zeros(num_graphs + 1, dtype=torch.long, device=device)
-    unit_ptr[1:] = unit_count.cumsum(0)
-    # type_start[t, b]: flat row of the first unit of type t in graph b
-    type_start = unit_ptr[:-1].unsqueeze(0) + counts.cumsum(0) - counts  # [T, B]
-
-    flat: Dict[str, Tensor] = {}
-    for ti, t in enumerate(names):
-        n = int(ptrs[ti, -1])
-        b = batch[t].batch if n > 0 else torch.zeros(0, dtype=torch.long, device=device)
-        local = torch.arange(n, device=device) - ptrs[ti, b]
-        flat[t] = type_start[ti, b] + local
-    num_units = int(unit_ptr[-1])
-    unit_batch = torch.repeat_interleave(torch.arange(num_graphs, device=device), unit_count)
-
-    agent_rows = torch.cat([flat[t] for t in schema.agent_types])
-    agents, _ = torch.sort(agent_rows)  # graph-major, types in schema order
-    agent_batch = unit_batch[agents]
-    agent_count = torch.bincount(agent_batch, minlength=num_graphs)
-    agent_ptr = torch.zeros(num_graphs + 1, dtype=torch.long, device=device)
-    agent_ptr[1:] = agent_count.cumsum(0)
-    agent_of_row = torch.full((num_units,), -1, dtype=torch.long, device=device)
-    agent_of_row[agents] = torch.arange(agents.numel(), device=device)
+    units = _unit_layout(names, batch, num_graphs, device)
+    agents, agent_batch, agent_ptr, agent_of_row = _agent_layout(schema, units, num_graphs)
 
     store = batch[ACTION]
     missing = [k for k in ACTION_FIELDS if k not in store]
     if missing:
         raise ValueError(f"the action table lacks the fields {missing}; build states with "
                          f"acegnn.graph.build_state")
-    a_batch = store.batch if store.kind.numel() > 0 else torch.zeros(0, dtype=torch.long, device=device)
-    kind, actor_type, actor = store.kind, store.actor_type, store.actor
-    target_type, target = store.target_type, store.target
-    num_types = len(names)
-
-    def rows(type_idx: Tensor, local: Tensor, what: str) -> Tensor:
-        bad = (type_idx < 0) | (type_idx >= num_types)
-        if check and bool(bad.any()):
-            raise ValueError(f"action {what} type index out of range 0..{num_types - 1} "
-                             f"(got {type_idx[bad][:5].tolist()})")
-        ti = type_idx.clamp(0, num_types - 1)
-        n_of = counts[ti, a_batch]
-        bad = (local < 0) | (local >= n_of)
-        if check and bool(bad.any()):
-            i = int(bad.nonzero()[0])
-            raise ValueError(f"action {i} of graph {int(a_batch[i])}: {what} {int(local[i])} is not a "
-                             f"unit of type '{names[int(ti[i])]}' in that graph "
-                             f"(it has {int(n_of[i])})")
-        return type_start[ti, a_batch] + local
-
     if check:
-        bad = (kind < 0) | (kind >= schema.num_kinds)
-        if bool(bad.any()):
-            raise ValueError(f"action kind out of range 0..{schema.num_kinds - 1} "
-                             f"(got {kind[bad][:5].tolist()})")
-        agent_type_ids = torch.tensor([schema.node_type_index(t) for t in schema.agent_types],
-                                      device=device)
-        bad = ~torch.isin(actor_type, agent_type_ids)
-        if bool(bad.any()):
-            raise ValueError(f"an actor must be a unit of an agent type {list(schema.agent_types)} "
-                             f"(got type index {int(actor_type[bad][0])})")
-    action_actor = rows(actor_type, actor, "actor")
-    has_target = target >= 0
-    if check:
-        targeted = torch.zeros(schema.num_kinds, dtype=torch.bool, device=device)
-        targeted[list(schema.targeted_kinds)] = True
-        need = targeted[kind]
-        if bool((need & ~has_target).any()):
-            i = int((need & ~has_target).nonzero()[0])
-            raise ValueError(f"action {i} of kind '{schema.action_kinds[int(kind[i])].name}' is "
-                             f"targeted but has no target")
-        if bool((~need & has_target).any()):
-            i = int((~need & has_target).nonzero()[0])
-            raise ValueError(f"action {i} of kind '{schema.action_kinds[int(kind[i])].name}' is "
-                             f"not targeted but has a target ({int(target[i])})")
-    tgt_rows = rows(torch.where(has_target, target_type, torch.zeros_like(target_type)),
-                    torch.where(has_target, target, torch.zeros_like(target)), "target")
-    action_target = torch.where(has_target, tgt_rows, torch.full_like(tgt_rows, -1))
-    action_agent = agent_of_row[action_actor]
+        _check_action_kinds(schema, store)
+    graph = store.batch if store.kind.numel() > 0 else torch.zeros(0, dtype=torch.long, device=device)
+    actor = _flat_rows(names, units, store.actor_type, store.actor, graph, "actor", check)
+    has_target = store.target >= 0
+    target = _flat_rows(names, units, torch.where(has_target, store.target_type, 0),
+                        torch.where(has_target, store.target, 0), graph, "target", check)
     available = store.available.bool()
     idx = UnitIndex(
-        num_graphs=num_graphs, num_units=num_units, unit_batch=unit_batch,
-        unit_count=unit_count, unit_ptr=unit_ptr, flat=flat, agents=agents,
-        agent_batch=agent_batch, agent_ptr=agent_ptr, action_kind=kind,
-        action_agent=action_agent, action_actor=action_actor, action_target=action_target,
-        action_slot=store.slot, action_available=available, action_batch=a_batch)
+        num_graphs=num_graphs, num_units=int(units.unit_ptr[-1]), unit_batch=units.unit_batch,
+        unit_count=units.unit_count, unit_ptr=units.unit_ptr, flat=units.flat, agents=agents,
+        agent_batch=agent_batch, agent_ptr=agent_ptr, action_kind=store.kind,
+        action_agent=agent_of_row[actor], action_actor=actor,
+        action_target=torch.where(has_target, target, -1),
+        action_slot=store.slot, action_available=available, action_batch=graph)
     if per_state:
         idx = idx._replace(**state_flags(schema, batch, idx))
     if check:
