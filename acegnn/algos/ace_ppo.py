@@ -1,52 +1,40 @@
 r"""ACE-PPO: PPO on the sequentially expanded MDP (paper, "Extension" and Appendix "ACE-PPO").
 
-The sequential expansion turns a step of :math:`n` agents into :math:`n` single-agent
-decisions, so PPO applies as to one agent. The SE-states of a step are
-:math:`s = s_{a_{1:0}}, s_{a_1}, \dots, s_{a_{1:n}}`; agent :math:`i+1` decides at
+The SE-states of a step with :math:`n` agents are
+:math:`s = s_{a_{1:0}}, s_{a_1}, \dots, s_{a_{1:n}}`. Agent :math:`i+1` decides at
 :math:`s_{a_{1:i}}`.
 
-**Policy.** A logit head of the value head's structure, with its own parameters, on the
-shared unit and action encoders reads every candidate's successor SE-state, as the value
-head does (one rollout values both, :func:`acegnn.nn.sequential_rollout` with
-``logit_head``); the policy is the softmax over the available candidates
-(:class:`acegnn.nn.Softmax`):
+**Policy** (:class:`acegnn.nn.Softmax`). A logit head :math:`L` with the value head's
+structure and its own parameters reads every candidate's successor SE-state, in the same
+rollout as the value head (:func:`acegnn.nn.sequential_rollout` with ``logit_head``):
 
 .. math::
     \pi(a_{i+1} \mid s_{a_{1:i}}) = \operatorname{softmax}_{\tilde a \in \mathcal{A}_{i+1}}
-        l(\tilde a \mid s_{a_{1:i}}), \qquad l(a \mid s_{a_{1:i}}) = L(s_{a_{1:i}, a})
+        L(s_{a_{1:i}, \tilde a})
 
 **Critic.** :math:`V(s_{a_{1:i}})` for :math:`i \ge 1` is the value head on the SE-state
-after agent :math:`i`'s action: the rollout computes it for every candidate anyway (the
-chosen one's is :attr:`Rollout.chosen_value`). :math:`V(s)` of the first SE-state (no
-action yet; the paper does not say how it is valued) is the same head on the state's
-unit embeddings before any action message.
+after agent :math:`i`'s action (:attr:`Rollout.chosen_value`). :math:`V(s)` is the same
+head on the unit embeddings before any action message.
 
-**Advantages** (:func:`se_gae`) are GAE(:math:`\lambda`) summed over adjacent SE-states as
-the paper's sum: inside a step the reward is 0 and every SE-state bootstraps from the next
-with :math:`\gamma`; the last agent's SE-state takes :math:`r + \gamma V(s'_{a_1})`, the
-first SE-state after an action of the next step (:math:`s'` itself is not on the chain):
+**Advantages** (:func:`se_gae`): GAE(:math:`\lambda`) along the chain of SE-states, with
+reward 0 inside a step:
 
 .. math::
     \delta_i = \begin{cases}
         \gamma V(s_{a_{1:i+1}}) - V(s_{a_{1:i}}) & i < n \\
-        r + \gamma (1 - d) V(s'_{a'_1}) - V(s_{a_{1:n}}) & i = n
+        r + \gamma (1 - d) B - V(s_{a_{1:n}}) & i = n
     \end{cases}
     \qquad
     \hat A_i = \delta_i + \gamma \lambda (1 - c) \hat A_{i+1}
 
-where :math:`\hat A_{n+1}` is :math:`\hat A_1` of the next step, :math:`d` the termination
-flag and :math:`c` a cut (termination, time limit, the end of the round). The advantage
-of agent :math:`i+1`'s action is :math:`A(a_{i+1} \mid s_{a_{1:i}}) = \hat A_i`; the
-value target of every SE-state is :math:`\hat A_i + V(s_{a_{1:i}})` (the
-:math:`\lambda`-return), :math:`s` included (:math:`\hat A_0 = \delta_0 + \gamma\lambda
-\hat A_1`, which no other SE-state reads). Where an episode is cut without terminating
-(a time limit, the end of the round, a step the task dropped) the last SE-state
-bootstraps from the value of the next SE-state in expectation over the first agent's
-policy, :math:`\sum_{a} \pi(a \mid s') V(s'_a)` at the true next state :math:`s'`, and
-the recursion stops there; a terminated one bootstraps from 0.
+:math:`\hat A_{n+1}` is the next step's :math:`\hat A_1`. :math:`d` flags a termination.
+:math:`c` flags a cut after the step: a termination, a time limit, the end of the round
+or a dropped step. :math:`B = V(s'_{a'_1})`, or :math:`B = \sum_a \pi(a \mid s') V(s'_a)`
+where the episode is cut without terminating. Agent :math:`i+1`'s advantage is
+:math:`\hat A_i`; the value target of every SE-state, :math:`s` included, is
+:math:`R_i = \hat A_i + V(s_{a_{1:i}})`.
 
-**Loss** (:func:`ppo_loss`): PPO's clipped surrogate over the decisions, the value loss
-(with value clipping) over every SE-state, an entropy bonus:
+**Loss** (:func:`ppo_loss`), with :math:`\rho = \pi / \pi_{old}`:
 
 .. math::
     \mathcal{L} = -\mathbb{E}\left[\min(\rho \hat A, \operatorname{clip}(\rho, 1 \pm \epsilon)
@@ -54,20 +42,15 @@ the recursion stops there; a terminated one bootstraps from 0.
         (v_{old} + \operatorname{clip}(v - v_{old}, \pm \epsilon_v) - R)^2\right)\right]
         - w_e \mathbb{E}[H(\pi)]
 
-with :math:`\rho = \pi / \pi_{old}` and, with ``adv_norm``, :math:`\hat A` standardised
-over the minibatch's decisions. With ``value_norm`` the value head predicts standardised
-values: :math:`V = \sigma v + \mu` with the running mean and standard deviation of the
-:math:`\lambda`-returns, updated once per round; :math:`v`, :math:`v_{old}` (the head's
-output when the round was collected) and :math:`R` are in that standardised scale.
-A decision with a single available action (an agent that can only no-op) has no
-gradient and is left out of the policy loss, the entropy and the advantage statistics;
-its SE-state keeps its value loss.
+The policy and entropy terms average over the decisions with more than one available
+action; the value term averages over every SE-state. With ``adv_norm``, :math:`\hat A`
+is standardised over the minibatch's decisions. With ``value_norm``, the head predicts
+:math:`v = (V - \mu) / \sigma`, with the running mean and standard deviation of the
+:math:`\lambda`-returns; :math:`v`, :math:`v_{old}` (at collection) and :math:`R` are in
+that scale.
 
-**Rounds** (:meth:`ACEPPO.learn`): ``updates`` gradient steps, each on a minibatch of
-``batch_size`` environment steps (with all their decisions and SE-states), drawn
-epoch after epoch from shuffled passes over the round; with ``recompute_adv`` the values,
-advantages and returns are recomputed with the current network at the start of every
-pass after the first.
+See docs/ace_ppo.md for a round, the config keys, the results and the choices where the
+paper is silent.
 """
 from __future__ import annotations
 
@@ -454,8 +437,9 @@ class ACEPPO(LearnerBase):
     def learn(self, data: Trajectories, graphs: Callable[[Dict[str, Tensor]], Batch],
               updates: int, batch_size: int,
               generator: Optional[torch.Generator] = None) -> Dict[str, float]:
-        """A round of PPO (module docstring): ``updates`` gradient steps on minibatches of
-        ``batch_size`` rows, in shuffled passes over ``data``.
+        """A round of PPO: ``updates`` gradient steps on minibatches of ``batch_size``
+        rows, in shuffled passes over ``data``. With ``recompute_adv``, every pass after
+        the first recomputes the values, advantages and returns with the current network.
 
         Args:
             data (Trajectories): The round, collected with :meth:`explore`.
