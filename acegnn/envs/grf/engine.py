@@ -1,59 +1,30 @@
 """Google Research Football games in engine processes, and the supervisor that restarts them.
 
-**One game** (:class:`Game`) is a gfootball environment with raw observations, the
-``v2`` action set (the 19 standard actions and ``builtin_ai``) and a controller on every
-left player: the learner's agents take the action the task sends, every other left
-player (the keeper) ``builtin_ai``. A game applies these rules after each gfootball
-step, in this order (``reward`` picks who pays ``end_reward``, -1):
+A :class:`Game` is one gfootball environment with raw observations and the ``v2`` action
+set. Our agents take the actions the task sends; every other left player (the keeper)
+takes ``builtin_ai``. After each gfootball step a game applies these rules, in order:
 
-1. gfootball ended the episode (a goal, the ball out of play, the right team winning
-   the ball): **+100** (``goal_reward``) and ``won`` if we scored; otherwise -1 with
-   ``reward="cds"``, 0 with ``reward="paper"``. Terminated.
-2. **Half-court rule**: the ball or one of the agents is back in our half (``x < 0``):
-   **-1**, terminated (``half_court``), under both rules. Other left players (the
-   keeper) do not count.
-3. The episode's ``time_limit``-th step (150): -1 with ``reward="cds"``, 0 with
-   ``reward="paper"``. Terminated with ``time_limit_terminal`` (the official code and
-   CDS end the episode there), else truncated (the learner bootstraps).
+1. gfootball ended the episode: ``goal_reward`` and ``won`` if we scored. Any other end
+   pays ``end_reward`` with ``reward="cds"`` and 0 with ``reward="paper"``. Terminated.
+2. The ball or one of our agents is in our half (``x < 0``): ``end_reward``, terminated,
+   ``half_court``.
+3. The ``time_limit``-th step: as an end without a goal in rule 1. Terminated with
+   ``time_limit_terminal``, else truncated.
 4. Otherwise 0.
 
-The paper's rule (Experiment section): "+100 when our team wins, -1 when our player or
-the ball returns to our half-court, and 0 otherwise".
+A finished game is reset at once: its step returns the episode's last state, and the
+game then holds the new episode's first.
+Available actions: :func:`available_actions`. Each game draws every episode's engine
+seed, and the order in which the engine processes the two teams, from its own
+generator, so a seed plays the same episodes in any process.
 
-A finished game is reset at once; its step reports both the episode's last state and
-the new episode's first.
+An :class:`EnginePool` splits the games over ``num_workers`` processes started by a
+*forkserver* and steps them in parallel. A process that dies, raises, or does not answer
+within ``step_timeout`` seconds is killed and started again with fresh games. Its
+environments are marked ``dropped`` for that step, and a warning is logged.
 
-**Available actions** (slots = the ids of gfootball's 19 standard actions), by the raw
-observation of the step:
-
-* ``idle`` and the eight moves: always;
-* ``long_pass``, ``high_pass``, ``short_pass``, ``shot``: only for the ball owner
-  (``ball_owned_team`` is ours and ``ball_owned_player`` is this player);
-* ``sprint`` when the player is not sprinting, ``release_sprint`` when it is
-  (the ``sprint`` flag of its ``sticky_actions``); ``dribble`` and ``release_dribble``
-  likewise by the ``dribble`` flag;
-* ``release_direction`` when one of the eight move flags is set (otherwise it is
-  ``idle``);
-* ``sliding`` when our team does not own the ball (the engine ignores a sliding of the
-  team in possession).
-
-**Seeds**: each game draws the engine seed of every episode from its own generator
-(``random.seed`` before gfootball's reset, whose ``game_engine_random_seed`` comes from
-Python's ``random``), and so the order in which the engine processes the two teams
-(``reverse_team_processing``, which gfootball draws once per game from the unseeded
-``random``): an environment plays the same episodes whichever process it lives in and
-whatever that process did before.
-
-**Engine processes** (:class:`EnginePool`): the games are split over ``num_workers``
-processes of the standard library's :mod:`multiprocessing`, started by a *forkserver*
-(a clean single-threaded server process, so no lock or thread of the learner's process
-is inherited, and a restart costs a fork instead of a fresh interpreter importing torch
-and gfootball). :meth:`EnginePool.step` sends every process its actions and then
-gathers the answers, so the engines run in parallel. A process that dies (its pipe
-closes), raises, or does not answer within ``step_timeout`` seconds is killed and
-started again with fresh games; its environments are marked ``dropped`` for that step
-(their episodes are lost, nothing else is) and a warning is logged. Ray is not used: it
-is not installed here, and a pipe per process is all this needs.
+See docs/grf.md ("The rules", "Engine processes") for the sources of the rules and the
+choice of processes.
 """
 from __future__ import annotations
 
@@ -132,7 +103,14 @@ def read_units(obs: Dict[str, Any], scenario: GRFScenario) -> np.ndarray:
 
 
 def available_actions(owns: np.ndarray, team: int, sticky: np.ndarray) -> np.ndarray:
-    """``[n_agents, 19]`` bool by the rule of the module docstring.
+    """``[n_agents, 19]`` bool: the actions each agent may take, by gfootball's ids.
+
+    * ``idle`` and the eight moves: always.
+    * ``long_pass``, ``high_pass``, ``short_pass``, ``shot``: the ball owner only.
+    * ``sprint`` when the agent is not sprinting, ``release_sprint`` when it is (its
+      ``sprint`` flag); ``dribble`` and ``release_dribble`` likewise.
+    * ``release_direction`` when one of the eight move flags is set.
+    * ``sliding`` when our team does not own the ball.
 
     Args:
         owns (ndarray): ``[n_agents]`` bool, the agent owns the ball.
