@@ -1,34 +1,25 @@
 """The Google Research Football scenarios the task plays, and who controls whom in them.
 
 A scenario is gfootball's own file (``gfootball/scenarios/<level>.py``) or a layout
-written here as data (:class:`Layout`), which the engine processes register as a
-gfootball scenario module before they create their games. Either way the task controls
-the left team's players listed in :attr:`GRFScenario.agents`; every other left player
-(the goalkeeper always) plays by gfootball's built-in AI (action ``builtin_ai`` of the
-``v2`` action set), and the right team is gfootball's opponent AI.
+written here as data (:class:`Layout`). The engine processes register a layout as a
+gfootball scenario module before they create their games. The task controls the left
+players listed in :attr:`GRFScenario.agents`. Every other left player (always the keeper)
+plays by gfootball's built-in AI, and the right team is gfootball's opponent AI.
 
-The scenarios of the paper (Experiment section, Appendix "GRF"):
-
-* ``academy_3_vs_1_with_keeper``: gfootball's file; three attackers (left players
-  1-3) against a centre back and the keeper.
-* ``academy_counterattack_hard``: **the official ACE code's reduced copy**
-  (``dizoo/gfootball/scenarios/academy_counterattack_hard.py`` of opendilab/ACE), which
-  is what the paper's curves were trained on, and CDS's too (the same layout in its
-  repository's ``CDS_GRF/data/academy_counterattack_hard.py``, 4 agents): gfootball's
-  file with the six defenders and midfielders of the left team and eight right players
-  commented out, leaving our keeper and four attackers (left players 1-4) against the keeper and two centre backs.
-  Episode settings (400 frames, not deterministic, no offsides, ends on a score, out of
-  play or a change of possession) and the ball's start are gfootball's.
-* ``academy_counterattack_hard_11v11``: gfootball's own file, 11 vs 11, which neither
-  the paper nor CDS played, with the four attackers (left players 7-10) as the agents;
-  our keeper and six defenders play by the built-in AI and, like our keeper in the
-  other scenarios, are not units of the graph (they start, and stay, in our half, far
-  from the play). Every right player is.
+* ``academy_3_vs_1_with_keeper``: gfootball's file. Left players 1-3 against a centre
+  back and the keeper.
+* ``academy_counterattack_hard``: the official ACE code's reduced copy of gfootball's
+  file (:data:`ACE_COUNTERATTACK_HARD`). Our keeper and left players 1-4 against the
+  keeper and two centre backs.
+* ``academy_counterattack_hard_11v11``: gfootball's own 11 vs 11 file. Left players 7-10
+  are the agents; the other left players are not units of the graph.
 
 Coordinates are gfootball's: ``x`` in ``[-1, 1]`` (our goal at ``-1``), ``y`` in
-``[-0.42, 0.42]``, growing downwards on the screen (action ``bottom`` raises ``y``). A
-scenario file places the right team in its own frame, mirrored: a right player added
-at ``(x, y)`` stands at ``(-x, -y)`` (:meth:`Layout.positions`).
+``[-0.42, 0.42]``, growing downwards (action ``bottom`` raises ``y``). A scenario file
+places the right team mirrored: a right player added at ``(x, y)`` stands at
+``(-x, -y)`` (:meth:`Layout.positions`).
+
+See docs/grf.md ("The scenarios") for where each scenario comes from.
 """
 from __future__ import annotations
 
@@ -174,7 +165,7 @@ class GRFScenario:
         return level
 
 
-#: The official ACE code's copy of academy_counterattack_hard (see the module docstring).
+#: The official ACE code's copy of academy_counterattack_hard (docs/grf.md, "The scenarios").
 ACE_COUNTERATTACK_HARD = Layout(
     ball=(0.26, -0.11),
     left=((-1.0, 0.0, "GK"), (0.5, -0.3161, "CM"), (0.25, -0.1, "LM"), (0.25, 0.1, "RM"),
