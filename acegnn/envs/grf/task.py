@@ -1,33 +1,26 @@
 """Google Research Football as a graph task (paper Appendix: "Input Feature of ACE on
 GRF" and the interaction-aware action embedding).
 
-* **Nodes**: ``player`` (the agents: our outfield players the learner controls),
-  ``opponent`` (every right player, the keeper included) and ``ball``.
-  A player's and an opponent's features: its unit id (a one-hot over its type's units:
-  a GRF scenario never changes its counts), position ``(x, y)``, speed (its movement
-  per step, times :data:`SPEED_SCALE`) and whether it owns the ball (gfootball's
-  ``ball_owned_team`` is its team and ``ball_owned_player`` is itself); with
-  ``sticky_features`` a player's also ends with its 10 ``sticky_actions`` flags (the
-  eight move directions, sprint, dribble; the official ACE code's features). The ball's:
-  position ``(x, y, z)``, direction (movement per step, times :data:`SPEED_SCALE`) and
-  which team owns it (two flags, ours and theirs).
-* **Edges**: every ordered pair of distinct units (eight relations between the three
-  types); features: the distance on the two axes, ``dst - src`` in pitch units.
+* **Nodes**: ``player`` (our agents), ``opponent`` (every right player, the keeper
+  included) and ``ball``. A player's and an opponent's features: a one-hot of its index
+  among its type's units, position ``(x, y)``, speed (movement per step times
+  :data:`SPEED_SCALE`) and whether it owns the ball. With ``sticky_features`` a player's
+  features end with its 10 ``sticky_actions`` flags. The ball's features: position
+  ``(x, y, z)``, direction (times :data:`SPEED_SCALE`) and two flags, owned by us and
+  owned by them.
+* **Edges**: every ordered pair of distinct units; features ``dst - src`` on the two axes.
 * **Actions**: gfootball's 19 standard actions, one kind each (slot = action id), all
-  ``targeted`` at the ball. Every action of every player has its active embedding (its
-  kind's); only the **ball owner's** actions also send a passive message to the ball:
-  the batch switches the target on per state (``target_on``) where the player owns the
-  ball, and off for everyone else. Availability: :mod:`acegnn.envs.grf.engine`.
+  ``targeted`` at the ball. Only the ball owner's actions send a passive message to the
+  ball (``target_on`` per state). Availability:
+  :func:`~acegnn.envs.grf.engine.available_actions`.
 
-An observation, what replay stores, is three arrays per environment: ``units``
+An observation is three arrays per environment: ``units``
 ``[n_agents + n_opponents + 1, 7]`` float (:data:`~acegnn.envs.grf.engine.UNIT_COLUMNS`:
 the agents, the opponents, the ball), ``avail`` ``[n_agents, 19]`` bool and ``sticky``
 ``[n_agents, 10]`` float (:data:`~acegnn.envs.grf.engine.STICKY`).
 
-The rules (reward, ends, the half-court loss) are :mod:`acegnn.envs.grf.engine`'s; the
-engines run in processes that the task restarts when they crash or hang, marking the
-lost episodes in :attr:`~acegnn.envs.base.Transition.dropped`. A game cannot be
-snapshotted (:meth:`GRFTask.state_dict` is ``None``): a resumed run starts new episodes.
+The rules and the engine processes are :mod:`acegnn.envs.grf.engine`'s. A game cannot
+be snapshotted: :meth:`GRFTask.state_dict` is ``None``. See docs/grf.md ("The graph").
 """
 from __future__ import annotations
 
@@ -46,8 +39,7 @@ from acegnn.envs.grf.engine import (ACTIONS, MOVES, N_ACTIONS, REWARDS, STICKY, 
 from acegnn.envs.grf.scenarios import SCENARIOS, GRFScenario, get_scenario
 from acegnn.graph import ActionKind, DenseLayout, GraphSchema, dense_actions, full_edges, unit_index
 
-#: A unit's movement per step times this is its speed feature (a sprinting player moves
-#: about 0.01 a step; the official ACE code divides by 0.02).
+#: A unit's movement per step times this is its speed feature (docs/grf.md, "The graph").
 SPEED_SCALE = 50.0
 NODE_TYPES = ("player", "opponent", "ball")
 RELATIONS = tuple((s, "near", d) for s in NODE_TYPES for d in NODE_TYPES
