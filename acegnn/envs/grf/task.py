@@ -148,13 +148,8 @@ class GRFTask(VecTask):
         seed (int, optional): Seeds the games. (default: :obj:`0`)
         num_workers (int, optional): Engine processes the games are split over (at most
             one per game). (default: :obj:`2`)
-        time_limit (int, optional): Steps before an episode is cut. (default: :obj:`150`)
-        goal_reward (float, optional): Reward of a goal. (default: :obj:`100.0`)
-        end_reward (float, optional): Reward of a loss. (default: :obj:`-1.0`)
-        reward (str, optional): Which ends are losses: ``"paper"`` (back in our half)
-            or ``"cds"`` (every end but a goal). (default: :obj:`"paper"`)
-        time_limit_terminal (bool, optional): The time limit ends the episode
-            (terminated) rather than truncating it. (default: :obj:`True`)
+        time_limit, goal_reward, end_reward, reward, time_limit_terminal (optional): The
+            rules, as :class:`~acegnn.envs.grf.engine.Game` takes them, with its defaults.
         sticky_features (bool, optional): The players' features end with their
             sticky-action flags. (default: :obj:`False`)
         eval_envs (int, optional): Games that play the test episodes (in rounds), made
