@@ -10,42 +10,42 @@ Bellman target:
         r + \gamma (1 - d) \max_{a_1} V'(s'_{a_1}) & i = n
     \end{cases}
 
-with :math:`V'` the target network, :math:`d` the termination flag (not set at a time
-limit), and :math:`\gamma_{se} = \gamma` as in the paper's Eq. 1 or ``1`` when
-``intermediate_discount`` is off. With ``double_q`` the online network selects the
-maximising action and the target network values it.
+with :math:`V'` the target network and :math:`d` the termination flag (not set at a time
+limit). :math:`\gamma_{se} = \gamma` as in Eq. 1, or 1 when ``intermediate_discount`` is
+off. With ``double_q`` the online network selects the maximising action and the target
+network values it.
 
-``nstep > 1`` (the official code's ``nstep``; :mod:`acegnn.buffers.replay`) replaces the
-last SE-state's target by the ``m``-step one, :math:`R_t + \gamma_t \max_{a_1}
-V'(s_{t+m, a_1})` with :math:`R_t = \sum_{k<m} \gamma^k r_{t+k}` and the replayed
-discount :math:`\gamma_t = \gamma^m` (0 when the episode terminated within the ``m``
-steps); the SE-states inside the step keep :math:`\gamma_{se} V'` of the next SE-state,
-and the last-agent target below bootstraps likewise. The return discounts per
-environment step, so with ``eq1`` it needs ``intermediate_discount`` off (one discount
-per environment step throughout); the mix is refused.
+``nstep > 1`` (:mod:`acegnn.buffers.replay`) replaces the last SE-state's target by the
+``m``-step one, :math:`R_t + \gamma_t \max_{a_1} V'(s_{t+m, a_1})`, with
+:math:`R_t = \sum_{k<m} \gamma^k r_{t+k}` and the replayed discount
+:math:`\gamma_t = \gamma^m` (0 when the episode terminated within the ``m`` steps). The
+SE-states inside the step keep :math:`\gamma_{se} V'` of the next SE-state. With
+``target="eq1"`` it needs ``intermediate_discount`` off; the mix is refused.
 
-``target="last_agent"`` is the official code's target instead (``SMACACEDQNPolicy.
-_forward_learn`` of opendilab/ACE, with ``nstep=1``): every SE-state of the step regresses
-to the one target of the last agent, without discount inside the step:
+``target="last_agent"`` (the official code's target) regresses every SE-state of the
+step to the last agent's target, without discount inside the step:
 
 .. math::
     \hat V(s_{a_{1:i}}) = r + \gamma (1 - d)\, V'(s'_{a'_{1:n}}), \qquad i = 1, \dots, n,
     \qquad a'_k = \arg\max_{a} \tilde V(s'_{a'_{1:k-1}, a})
 
-with :math:`a'` the greedy sequential decision at :math:`s'` of :math:`\tilde V`, the online
-network with ``double_q`` (as the official code always does) or :math:`V'` without.
+with :math:`a'` the greedy sequential decision at :math:`s'` of :math:`\tilde V`: the
+online network with ``double_q``, :math:`V'` without. With ``nstep > 1`` it bootstraps
+likewise.
 
-``aux_weight > 0`` adds the official code's auxiliary loss (its ``local_pred``): a head
-on the unit embeddings of the final SE-state :math:`s_{a_{1:n}}` predicts how every
-unit's node features change over the step,
+``aux_weight > 0`` adds the official code's auxiliary loss: a head :math:`f_t` (fc + ReLU
++ fc per node type) on the unit embeddings of the final SE-state :math:`s_{a_{1:n}}`
+predicts how every unit's node features change over the step,
 
 .. math::
     \mathcal{L}_{aux} = \frac{1}{\sum_t N_t F_t} \sum_{t} \sum_{j \in t}
         \left\lVert f_t\!\left(e_u(u_{j, a_{1:n}})\right) - (x'_j - x_j) \right\rVert^2
 
-over every unit ``j`` of every node type ``t`` (alive or not, as the official code), with
-:math:`f_t` fc + ReLU + fc per node type; the loss is
+over every unit ``j``, alive or not, of every node type ``t``. The loss is
 :math:`\mathcal{L}_{TD} + w\,\mathcal{L}_{aux}`.
+
+See docs/official_code.md for where the official code's target, ``nstep`` and auxiliary
+loss come from and how they differ.
 """
 from __future__ import annotations
 
