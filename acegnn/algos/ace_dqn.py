@@ -33,16 +33,8 @@ with :math:`a'` the greedy sequential decision at :math:`s'` of :math:`\tilde V`
 online network with ``double_q``, :math:`V'` without. With ``nstep > 1`` it bootstraps
 likewise.
 
-``aux_weight > 0`` adds the official code's auxiliary loss: a head :math:`f_t` (fc + ReLU
-+ fc per node type) on the unit embeddings of the final SE-state :math:`s_{a_{1:n}}`
-predicts how every unit's node features change over the step,
-
-.. math::
-    \mathcal{L}_{aux} = \frac{1}{\sum_t N_t F_t} \sum_{t} \sum_{j \in t}
-        \left\lVert f_t\!\left(e_u(u_{j, a_{1:n}})\right) - (x'_j - x_j) \right\rVert^2
-
-over every unit ``j``, alive or not, of every node type ``t``. The loss is
-:math:`\mathcal{L}_{TD} + w\,\mathcal{L}_{aux}`.
+``aux_weight > 0`` adds the official code's auxiliary loss (:meth:`ACEDQN.aux_loss`):
+the loss is :math:`\mathcal{L}_{TD} + w\,\mathcal{L}_{aux}`.
 
 See docs/official_code.md for where the official code's target, ``nstep`` and auxiliary
 loss come from and how they differ.
@@ -272,10 +264,20 @@ class ACEDQN(QLearner):
         return reward + discount * boot
 
     def aux_loss(self, online: Rollout, graphs: Batch, next_graphs: Batch) -> Tensor:
-        r""":math:`\mathcal{L}_{aux}` (module docstring): the head's prediction from the
-        final SE-state of ``online`` (the teacher-forced rollout on ``graphs``) against every
-        unit's change of node features ``x' - x``; ``s`` and ``s'`` must hold the same
-        units in the same places."""
+        r"""The auxiliary loss: a head :math:`f_t` (fc + ReLU + fc per node type) on the
+        unit embeddings of the final SE-state :math:`s_{a_{1:n}}` of ``online`` (the
+        teacher-forced rollout on ``graphs``) predicts every unit's change of node features,
+
+        .. math::
+            \mathcal{L}_{aux} = \frac{1}{\sum_t N_t F_t} \sum_{t} \sum_{j \in t}
+                \left\lVert f_t\!\left(e_u(u_{j, a_{1:n}})\right) - (x'_j - x_j) \right\rVert^2
+
+        over every unit ``j``, alive or not, of every node type ``t``.
+
+        Raises:
+            ValueError: ``graphs`` and ``next_graphs`` do not hold the same units in the
+                same places.
+        """
         graphs, next_graphs = self.on_device(graphs), self.on_device(next_graphs)
         idx = online.encoded.index
         nidx = unit_index(self.net.schema, next_graphs, check=False)
