@@ -1,40 +1,27 @@
 """The contract between tasks (environments) and learners.
 
 A :class:`VecTask` steps many environments at once and turns their observations into
-graph batches. Observations are plain tensors (batch first), so the replay buffer can
-hold them compactly and graphs are built only when a batch is sampled.
+graph batches. Observations are plain tensors, batch first; the replay buffer stores
+them and graphs are built only when a batch is sampled.
 
-**Evaluation** is part of the contract: :meth:`VecTask.evaluate` plays test episodes
-with a policy (usually with :func:`first_episodes`) and returns an :class:`EvalResult`, a dataclass of the metrics the task's
-users read, which names its success criterion and the metrics shown while training.
-A task that can also evaluate a deterministic policy exactly (every state, the
-environment's randomness in expectation) declares it by deriving from
-:class:`ExactEvaluation`.
+* **Evaluation**: :meth:`VecTask.evaluate` plays test episodes with a policy (usually
+  with :func:`first_episodes`) and returns an :class:`EvalResult`, which names the
+  success criterion and the metrics shown while training. A task that evaluates a
+  deterministic policy exactly derives from :class:`ExactEvaluation`.
+* **Snapshots**: :meth:`VecTask.state_dict` returns the engine state, and a resumed run
+  continues the same episodes. ``None`` (the default) means the engine cannot be saved:
+  a resumed run starts fresh episodes.
+* **Agents that cannot act** (a dead unit): every state has the same ``n_agents``
+  agents. An agent that cannot act stays a node, and its only available action is the
+  :attr:`VecTask.noop_action` slot (:func:`acegnn.graph.only_noop`).
+* **Partial observation**: a task puts an ``observes`` matrix on its agent node stores
+  (:func:`acegnn.graph.index.observed_units`). Without it, every agent observes every
+  unit.
+* **Engines that fail**: a task that restarts engine processes marks the environments
+  whose step was lost in :attr:`Transition.dropped`. The collector stores none of their
+  transitions and drops their episodes.
 
-**Snapshots.** A task whose engine state can be saved returns it from
-:meth:`VecTask.state_dict`, and a resumed run continues the same episodes. An engine
-that cannot be snapshotted (StarCraft II, Google Research Football) keeps the default,
-``None``: a resumed run restores the learner, replay, counters and generators and starts
-the environments from fresh episodes.
-
-**Agents that can no longer act** (a dead unit). Every state of a task has the same
-``n_agents`` agents, so replay rows, the baselines' flat inputs and evaluation keep
-their sizes. An agent that cannot act stays a node (the task decides its features, for
-example zeros and an alive flag) and its only available action is the task's
-:attr:`VecTask.noop_action` slot (see :func:`acegnn.graph.only_noop`). Its decision in
-the sequential rollout is then forced, and it sends no passive message (a no-op has no
-target).
-
-**What each agent observes** (ACE-CTDE's decentralised policy, :mod:`acegnn.nn.individual`)
-is carried by the graphs: a task with partial observation puts an ``observes`` matrix on
-its agent node stores (:func:`acegnn.graph.index.observed_units`; the battles: the live
-units within the agent's sight range). A task without it is fully observed: every
-agent observes every unit (Spiders-and-Fly, football).
-
-**Engines that fail.** A task backed by engine processes that it restarts marks the
-environments whose step did not come from a finished engine step in
-:attr:`Transition.dropped`; the collector stores none of those transitions and drops
-the episodes they were part of.
+See docs/new_environment.md for a worked example and the reasons behind each rule.
 """
 from __future__ import annotations
 
