@@ -1,37 +1,32 @@
 """StarCraft battles as graphs, shared by the SMAX and StarCraft II back-ends.
 
-One schema for every map and both back-ends (paper Appendix, "Input Feature of ACE on
-SMAC" and the action-embedding table), so that one network plays any scenario as it is:
+One schema serves every map and both back-ends (paper Appendix, "Input Feature of ACE on
+SMAC"), so one network plays any scenario as it is.
 
-* **nodes** ``ally`` (the agents) and ``enemy``; features: the unit type one-hot over a
-  global vocabulary (:data:`UNIT_TYPES`), the position scaled by the map size, health,
-  shield (0 for races without one) and weapon cooldown (a medivac's energy / 200, as
-  SMAC's state has it; 0 for an enemy, which the game does not report), each as a
-  fraction of its maximum. The paper's "unit id" is
-  left out: a one-hot of the unit's index would tie the schema to the map's unit count; the node type and the type one-hot tell units
-  apart as far as the value needs.
-* **edges** between every ordered pair of distinct units (four relations
-  ``ally/enemy -> ally/enemy``); features: the distance on the two axes and the
-  Euclidean distance, in units of :data:`DISTANCE_SCALE` (SMAC's sight range), and
-  whether the destination is within the source's attack range and sight range.
-* **actions**: ``noop`` (SMAC's action of dead units), ``stop``, four moves (active
-  embedding only), ``attack`` enemy ``j`` (passive message to enemy ``j``) and ``heal``
-  ally ``j`` for healers (passive message to ally ``j``). Each back-end keeps its own
-  action ids as slots (:class:`ActionLayout`).
-
-**Observations** (ACE-CTDE's decentralised view, :func:`acegnn.graph.index.observed_units`):
-agent ``i`` observes the live units closer than its sight range (SMAX's and SMAC's
-``dist < sight_range``), itself included; a dead agent observes nothing. The ally
-store's ``observes`` ``[n_allies, n_units]`` holds it per state.
-
-**Dead units** stay nodes with ``alive`` flags: they send and receive no message and are
-not pooled (:func:`acegnn.graph.index.unit_alive`); their features read zero (what the
-value-decomposition baselines see). A dead agent keeps one available action, the
-back-end's no-op slot.
+* **Nodes**: ``ally`` (the agents) and ``enemy``. Features: the unit type one-hot over
+  :data:`UNIT_TYPES`, the position divided by the map size, and health, shield and
+  weapon cooldown, each as a fraction of its maximum. A medivac's cooldown column holds
+  its energy / 200; an enemy's cooldown reads 0.
+* **Edges**: every ordered pair of distinct units (four relations). Features: the
+  distance on the two axes and the Euclidean distance, in units of
+  :data:`DISTANCE_SCALE`, and whether the destination is within the source's attack
+  range and sight range.
+* **Actions**: ``noop``, ``stop`` and four moves (active embedding only), ``attack``
+  enemy ``j`` (passive message to enemy ``j``) and, for healers, ``heal`` ally ``j``
+  (passive message to ally ``j``). Each back-end keeps its own action ids as slots
+  (:class:`ActionLayout`).
+* **Observations** (:func:`acegnn.graph.index.observed_units`): agent ``i`` observes
+  the live units with ``dist < sight_range``, itself included; a dead agent observes
+  nothing. The ally store's ``observes`` is ``[n_allies, n_units]``.
+* **Dead units** stay nodes with ``alive`` flags: they send and receive no message, are
+  not pooled (:func:`acegnn.graph.index.unit_alive`) and read zero features. A dead
+  agent's only available action is the back-end's no-op slot.
 
 An observation, what replay stores, is two arrays per environment:
 ``units`` ``[n_allies + n_enemies, 7]`` float (:data:`UNIT_COLUMNS`, positions in map
 units) and ``avail`` ``[n_allies, num_slots]`` bool.
+
+See docs/battles.md ("The graph") for the departures from the paper's feature table.
 """
 from __future__ import annotations
 
