@@ -1,34 +1,25 @@
 """StarCraft II battles (oxwhirl/smac on the game) as graphs.
 
-An adapter, not a simulator: each game is a ``smac.env.StarCraft2Env``; this module reads
-SMAC's unit records (``env.agents`` / ``env.enemies``, ``raw_pb2.Unit`` messages keyed by
-index) into the battle schema of :mod:`acegnn.envs.smac.units` and passes SMAC's action
-ids through unchanged. The translation is written as pure functions of the records
-(:func:`sc2_units`, :func:`ally_unit_types`, :func:`sc2_spec`), so that it is tested with
-real protocol messages and no game.
+An adapter: each game is a ``smac.env.StarCraft2Env``. This module reads SMAC's unit
+records (``env.agents`` / ``env.enemies``, ``raw_pb2.Unit`` messages keyed by index)
+into the battle schema of :mod:`acegnn.envs.smac.units`. The translation is pure
+functions of the records (:func:`sc2_units`, :func:`ally_unit_types`, :func:`sc2_spec`).
 
-What the task takes from SMAC as it is, and what it adds:
+* **Actions** are SMAC's ids (:data:`~acegnn.envs.smac.units.SMAC_ACTIONS`), passed
+  through unchanged. The masks are SMAC's ``get_avail_actions``, with
+  :func:`acegnn.graph.only_noop` applied to dead agents.
+* **Reward** is SMAC's own, unchanged.
+* **Episode ends**: a battle cut at the map's limit (SMAC's ``info["episode_limit"]``
+  with ``continuing_episode=True``) is truncated; every other end is terminated.
+  ``won`` is SMAC's ``info["battle_won"]``. Finished games are reset after their last
+  state is read.
+* **Engine restarts**: a step after which SMAC relaunched the game (it returns
+  ``(0, True, {})``) is marked in :attr:`Transition.dropped`.
+* **Snapshots**: :meth:`SC2Task.state_dict` is ``None``; a resumed run starts fresh
+  battles.
 
-* **Actions** are SMAC's (:data:`~acegnn.envs.smac.units.SMAC_ACTIONS`): 0 no-op (dead
-  units only), 1 stop, 2-5 moves north, south, east, west, then ``6 + j``: attack enemy
-  ``j``, or, for a medivac, heal ally ``j``. The masks are SMAC's
-  ``get_avail_actions`` (targets alive and within 6 map units; medivacs heal no
-  medivac), with :func:`acegnn.graph.only_noop` applied to dead agents.
-* **Reward** is SMAC's own, unchanged: damage and kills dealt to the enemy plus 200 for
-  a win, divided so that an episode earns at most 20 (``reward_scale_rate``; shield
-  regeneration of Protoss enemies can push it slightly above). SMAX's task multiplies
-  its reward by 10 to reach this scale.
-* **Episode ends**: the games are built with ``continuing_episode=True``, which makes
-  SMAC flag a battle cut at the map's limit with ``info["episode_limit"]``; that end is
-  *truncated* (the learner bootstraps), every other end *terminated*. ``won`` is SMAC's
-  ``info["battle_won"]``. Finished games are reset here, after their last state is
-  read (:attr:`Transition.next_obs` is the true last state).
-* **Engine restarts**: after a protocol error SMAC relaunches the game inside ``step``
-  and returns ``(0, True, {})``; that step is marked in :attr:`Transition.dropped`.
-* **Snapshots**: a running game cannot be saved; :meth:`SC2Task.state_dict` is
-  ``None`` and a resumed run starts fresh battles.
-
-Games step one after the other in this process; each is a StarCraft II process.
+The games step one after the other in this process. See docs/sc2.md for the set-up and
+how these battles differ from SMAX's.
 """
 from __future__ import annotations
 
