@@ -1,27 +1,18 @@
 """SMAX (JaxMARL's re-implementation of the SMAC scenarios) as a vectorised graph task.
 
 Many SMAX battles step together in one compiled function (``jax.vmap`` + ``jax.jit``)
-against SMAX's heuristic enemy AI; observations reach torch through DLPack without a
-copy. What this task changes from SMAX's defaults, and why:
+against SMAX's heuristic enemy AI. Observations reach torch through DLPack.
 
-* **Episode limits** are SMAC's per map (:data:`SCENARIOS`), not SMAX's 100 steps
-  (which battles that are not SMAC maps keep, :func:`get_scenario`); a
-  battle still running at the limit is *truncated* (the learner bootstraps), a battle
-  with one side dead is *terminated*.
-* **Resets** are done here: SMAX's ``step`` auto-resets and returns the new episode's
-  observation, so this task steps with ``step_env`` and resets finished battles itself;
-  :attr:`Transition.next_obs` is the true last state of an episode.
-* **Win** is read from the state: every enemy dead and an ally alive (SMAX scores a
-  battle where both sides die in the same step as a draw).
-* **Reward** is SMAX's (enemy health removed, as a fraction of the enemy team's, plus 1
-  for a win: at most 2 per episode) times ``reward_scale``; the default 10 gives SMAC's
-  scale of at most 20, for which the paper's hyper-parameters were chosen.
+* **Episode limits** are SMAC's per map (:data:`SCENARIOS`); other battles keep SMAX's
+  100 steps (:func:`get_scenario`). A battle still running at the limit is truncated;
+  a battle with one side dead is terminated.
+* **Resets**: the task steps with SMAX's ``step_env`` and resets finished battles
+  itself, so :attr:`Transition.next_obs` is the true last state of an episode.
+* **Win**: every enemy dead and an ally alive, read from the state.
+* **Reward**: SMAX's (at most 2 per episode) times ``reward_scale``.
 
-Maps: SMAX is an open 32 x 32 field without terrain and knows six unit types (marine,
-marauder, stalker, zealot, zergling, hydralisk). Of the paper's eight maps it expresses
-5m_vs_6m, 8m_vs_9m, 3s_vs_5z, 3s5z_vs_3s6z and 6h_vs_8z; ``6z_vs_24zg`` has
-corridor's units but not its corridor. MMM2 (medivacs heal; SMAX has no medivac and
-no healing) and 2c_vs_64zg (colossi; its cliffs) cannot be built.
+SMAX has no terrain, no medivac and six unit types: MMM2 and 2c_vs_64zg cannot be
+built. See docs/battles.md for the maps and how SMAX differs from StarCraft II.
 """
 from __future__ import annotations
 
