@@ -1,35 +1,31 @@
 r"""ACE-CTDE's individual value :math:`Q(o_i, a_i)` and its counterfactual targets (paper
 "Apply ACE to the CTDE scheme" and Appendix "ACE-CTDE").
 
-**Agent views.** Both are computed on one graph per agent, its *view*
-(:func:`agent_views`): agent :math:`i`'s view holds the units of :math:`i`'s graph that
-:math:`i` observes (:func:`acegnn.graph.index.observed_units`; every live unit on a fully
-observed task), :math:`i` itself always, and the batch's action table routed into it:
-an action of agent :math:`i` acts on :math:`i`'s row of :math:`i`'s view and targets its
-target's row there (no target when :math:`i` does not observe it).
+Both are computed on one graph per agent, its *view* (:func:`agent_views`): the live
+units of the agent's graph that it observes
+(:func:`acegnn.graph.index.observed_units`), itself always, and its own actions. An
+action acts on the agent's row and targets its target's row, if the agent observes it.
 
-**Individual value** (:class:`IndividualQ`). Built like :math:`V` from a unit encoder,
-an action encoder and a value encoder, with the appendix's two differences: the units
-of :math:`o_i` are encoded with the edges among them only, and only agent :math:`i`'s
-own action is added:
+**Individual value** (:class:`IndividualQ`):
 
 .. math::
     Q(o_i, a_i) = \mathrm{value}\big(\{e^{o_i}_u(u_j) + [j = i]\, e_a^a(a_i)
         + [j = \mathrm{target}(a_i)]\, e_a^p(a_i) : j \in o_i\}\big)
 
-with :math:`e^{o_i}_u` the unit encoder on the subgraph of :math:`o_i`, and the value
-encoder pooling over the units of :math:`o_i`.
+with :math:`e^{o_i}_u` the unit encoder on the edges among the units of :math:`o_i`, and
+the value encoder pooling over the units of :math:`o_i`.
 
 **Counterfactual targets** (:func:`counterfactual_values`):
 
 .. math::
     \hat Q(o_i, a_i) = V\big(s_{a_i, a^*_{-i}}\big)
 
-for every action :math:`a_i` of every agent, :math:`a^*` the joint action of a
-sequential rollout. Agent :math:`i`'s copy of the whole state starts from the final
-SE-state :math:`s_{a^*}` less :math:`a^*_i`'s messages; each candidate then adds
-:math:`a_i`'s messages to at most two rows, valued without re-encoding
-(:meth:`acegnn.nn.value_head.ValueHead.candidate_values`).
+for every action :math:`a_i` of every agent, with :math:`a^*` the joint action of a
+sequential rollout. Each candidate :math:`a_i` adds its messages to agent :math:`i`'s
+copy of :math:`s_{a^*}` less :math:`a^*_i`'s messages, and is valued without
+re-encoding (:meth:`acegnn.nn.value_head.ValueHead.candidate_values`).
+
+See docs/ace_ctde.md ("What is computed").
 """
 from __future__ import annotations
 
