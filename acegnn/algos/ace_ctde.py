@@ -1,28 +1,25 @@
 r"""ACE-CTDE: ACE-DQN with an individual value per agent for decentralised execution
 (paper "Apply ACE to the CTDE scheme", Appendix "ACE-CTDE").
 
-Training is ACE-DQN's, centralised: collection with the sequential rollout, Eq. 1 for
-:math:`V`. Beside it, every replayed state :math:`s` distils the greedy joint action
-:math:`a^*` of the sequential rollout into the individual value :math:`Q(o_i, a_i)`
-(:class:`~acegnn.nn.individual.IndividualQ`) by the *counterfactual distillation*
+Training is ACE-DQN's, centralised. Beside it, every replayed state :math:`s` distils
+the greedy joint action :math:`a^*` of the sequential rollout into the individual value
+:math:`Q(o_i, a_i)` (:class:`~acegnn.nn.individual.IndividualQ`):
 
 .. math::
     \hat Q(o_i, a_i) = V\big(s_{a_i, a^*_{-i}}\big), \qquad
     \mathcal{L}_{distill} = \frac{1}{|\mathcal{C}|} \sum_{(i, a_i) \in \mathcal{C}}
         \ell\big(Q(o_i, a_i) - \hat Q(o_i, a_i)\big)
 
-over :math:`\mathcal{C}`, every available action of every agent whose unit is alive (a
-dead agent observes nothing), with :math:`\ell` the TD loss's (``algo.loss``). Both
-:math:`a^*` and :math:`V` are the online network's (``distill_from: online``) or the
-target network's (``target``), without gradient
-(:func:`~acegnn.nn.individual.counterfactual_values`). The loss of a gradient step is
+over :math:`\mathcal{C}`, every available action of every live agent, with :math:`\ell`
+the TD loss's (``algo.loss``). :math:`a^*` and :math:`V` come from the network named by
+``distill_from``, without gradient (:func:`~acegnn.nn.individual.counterfactual_values`).
+The loss of a gradient step is
 :math:`\mathcal{L}_{TD} (+ w_{aux} \mathcal{L}_{aux}) + w\,\mathcal{L}_{distill}`.
 
 Decentralised execution (:meth:`ACECTDE.act_decentralised`): each agent takes
-:math:`\arg\max_{a_i} Q(o_i, a_i)` over its available actions, from its own observation
-and with no access to the others' actions. Evaluations report it beside the
-centralised policy as ``dec_*`` (:meth:`ACECTDE.policies`); success is the centralised
-policy's.
+:math:`\arg\max_{a_i} Q(o_i, a_i)` over its available actions. Evaluations report it as
+``dec_*`` beside the centralised policy, whose result decides success. See
+docs/ace_ctde.md.
 """
 from __future__ import annotations
 
