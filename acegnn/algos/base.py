@@ -140,15 +140,15 @@ class LearnerBase:
 
     def _check(self) -> bool:
         """True for the first batch only: validate it against the schema. A task's later
-        batches share its builder, so the checks are skipped after it (about 8% of a
-        greedy SMAX 5m_vs_6m rollout at batch 8)."""
+        batches share its builder, so the checks are skipped after it (their cost:
+        docs/benchmarks.md)."""
         first, self._checked = not self._checked, True
         return first
 
     def on_device(self, graphs: Batch) -> Batch:
         """``graphs`` on the learner's device; a batch whose tensor attributes are all
         there already is returned as it is (PyG's ``Batch.to`` would set every attribute
-        anew, about 0.2 ms a batch). Batches hold plain tensors only (no nested ones)."""
+        anew). Batches hold plain tensors only (no nested ones)."""
         if all(v.device == self.device for store in graphs.stores for v in store.values()
                if isinstance(v, Tensor)):
             return graphs

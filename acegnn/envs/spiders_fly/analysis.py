@@ -74,16 +74,19 @@ def policy_steps(grid_size: int, policy: Tensor, horizon: int) -> Tensor:
 
 def visitation(grid_size: int, policy: Tensor, horizon: int,
                starts: Optional[Tensor] = None) -> Tensor:
-    """Expected visits to every state in an episode of a joint policy.
+    r"""Expected visits to every state in an episode of a joint policy.
 
-    ``d(s) = sum_{t < horizon} P(s_t = s)`` with ``s_0`` uniform over ``starts`` and
-    the fly's moves in expectation; terminal states are not counted, so ``d`` sums
-    to the expected episode length ``E[min(T, horizon)]``. With it the steps gap of a
-    policy splits over states (performance difference): ``sum_s d(s) (Q(s, policy(s))
-    - V(s))``, with :func:`~acegnn.envs.spiders_fly.oracle.optimal_steps_q` and ``V``
-    the oracle's expected steps, equals the gap of the truncated episode plus
-    ``E[V(s_horizon)]`` of the episodes still running, so exactly the gap once the
-    policy has caught the fly by then.
+    :math:`d(s) = \sum_{t < H} P(s_t = s)` with :math:`H` = ``horizon``, :math:`s_0`
+    uniform over ``starts`` and the fly's moves in expectation. Terminal states are not
+    counted, so :math:`d` sums to :math:`\mathbb{E}[\min(T, H)]`, :math:`T` the step of
+    capture. The steps gap splits over states (performance difference):
+
+    .. math::
+        \sum_s d(s)\, \rho(s) = \mathbb{E}[\min(T, H)] - \mathbb{E}[V^*(s_0)]
+            + \mathbb{E}[V^*(s_H);\ T > H]
+
+    with :math:`\rho` the regret (:func:`policy_regret`) and :math:`V^*` the oracle's
+    expected steps.
 
     Args:
         grid_size (int): side length ``N`` of the grid.
@@ -144,16 +147,12 @@ def policy_regret(solution: OracleSolution, policy: Tensor) -> Tensor:
 
 def gap_anatomy(solution: OracleSolution, policy: Tensor,
                 horizon: int) -> Tuple[Dict[str, float], Tensor]:
-    """Where the steps gap of a joint policy comes from.
+    r"""Where the steps gap of a joint policy comes from.
 
-    Regret (:func:`policy_regret`) weighted by the policy's expected visits from the
-    valid starts within ``horizon`` steps (:func:`visitation`) sums (performance
-    difference) to the steps gap of episodes that long, plus the oracle's expected
-    steps from wherever the fly is still free at their end: ``uncaught_at_horizon`` is
-    that probability, ``0`` for a policy that always catches the fly, and then the sum
-    is the untruncated steps gap (close to the evaluated one, which truncates at the
-    time limit). Choose ``horizon`` well beyond the time limit (e.g. ten times) for
-    the gap to split exactly.
+    ``gap_from_regret`` is :math:`\sum_s d(s)\, \rho(s)` of :func:`visitation`'s identity
+    from the valid starts, and ``uncaught_at_horizon`` is :math:`P(T > H)`. Where the
+    latter is 0, the former is the untruncated steps gap. Choose ``horizon`` well beyond
+    the time limit (e.g. ten times).
 
     Args:
         solution (OracleSolution): the oracle of the grid.

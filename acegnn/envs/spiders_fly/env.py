@@ -72,25 +72,23 @@ class StepResult(NamedTuple):
 class SpidersFlyEnv:
     """Batch of ``num_envs`` Spiders-and-Fly environments stepped in lock-step.
 
-    Finished environments (terminated or truncated) are automatically reset to
-    new random starts at the end of :meth:`step`; the pre-reset state is
-    returned in :attr:`StepResult.next_positions`. Internally the state is kept
-    as flat cell indices and stepped through the lookup tables of
-    :class:`~acegnn.envs.spiders_fly.rules.GridRules`.
+    Finished environments (terminated or truncated) are reset to new random starts at
+    the end of :meth:`step`; the pre-reset state is :attr:`StepResult.next_positions`.
 
     Args:
         grid_size (int, optional): side length ``N`` of the grid, ``N >= 3``.
             (default: ``5``)
         num_envs (int, optional): number of parallel environments. (default: ``8``)
-        time_limit (int, optional): maximum episode length in steps; when reached
-            without a capture the episode is truncated. ``None`` means
-            ``4 * grid_size``. (default: ``None``)
-        seed (int, optional): seed of the environment's private
-            :class:`torch.Generator`, the only source of randomness. (default: ``0``)
-        start_distance (int, optional): spiders start at Manhattan distance
-            strictly greater than this from the fly. Only change it for grids too
-            small to have valid starts under the default rule (e.g. 3x3).
-            (default: ``4``)
+        time_limit (int, optional): steps before an episode without a capture is
+            truncated; ``None`` means ``4 * grid_size``. (default: ``None``)
+        seed (int, optional): seed of the private :class:`torch.Generator`, the only
+            source of randomness. (default: ``0``)
+        start_distance (int, optional): spiders start at Manhattan distance strictly
+            greater than this from the fly; lower it for grids too small for any
+            start (e.g. 3x3). (default: ``4``)
+
+    Raises:
+        ValueError: an argument is out of range, or no start is valid.
 
     Attributes:
         positions (Tensor): ``LongTensor [num_envs, 3, 2]``, current positions
@@ -98,8 +96,7 @@ class SpidersFlyEnv:
             :meth:`set_state` to change it).
         t (Tensor): ``LongTensor [num_envs]``, steps taken in the current episode.
         starts (Tensor): ``LongTensor [num_starts, 3, 2]``, all valid starts.
-        n_agents (int): number of spiders, ``2``.
-        n_actions (int): number of actions per spider, ``5``.
+        n_agents, n_actions (int): ``2`` spiders, ``5`` actions each.
     """
 
     n_agents: int = N_AGENTS

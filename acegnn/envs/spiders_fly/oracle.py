@@ -13,9 +13,8 @@ minimises the expected number of steps to capture:
     V(s_0, s_1, f) = 1 + \\min_{a_0, a_1} W(s_0', s_1', f), \\qquad
     W(s_0', s_1', f) = [\\text{not caught}] \\; \\mathbb{E}_{f'} V(s_0', s_1', f').
 
-The minimum over the 25 joint actions is separable (``min_a0 min_a1``), which is
-what makes a 7x7 grid (117,649 states) solve in a few seconds with numpy. The
-solver does not use the episode start rule; it solves every state.
+The minimum over the 25 joint actions is computed as ``min_a0 min_a1``. The solver
+does not use the episode start rule; it solves every state.
 
 :func:`optimal_steps_q` and :func:`optimal_discounted_q` give the optimal value of
 every joint action (for regrets, and for the discounted return a Q-learner fits); the

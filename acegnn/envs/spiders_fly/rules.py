@@ -1,4 +1,4 @@
-"""The rules of Spiders-and-Fly (ACE, Li et al., AAAI 2023), written once.
+"""The rules of Spiders-and-Fly (ACE, Li et al., AAAI 2023).
 
 Two spiders, controlled by the learner, chase one randomly moving fly on an
 ``N x N`` grid. Cells are addressed by their flat index ``row * N + col``.
@@ -19,9 +19,8 @@ Two spiders, controlled by the learner, chase one randomly moving fly on an
   distinct cells, both at Manhattan distance greater than ``start_distance`` from the
   fly (:func:`valid_starts`), and are truncated after :func:`default_time_limit` steps.
 
-The per-grid tables of :class:`GridRules` (:func:`grid_rules`) are what both the
-sampling environment (:class:`~acegnn.envs.spiders_fly.SpidersFlyEnv`) and the exact
-oracle and analysis (which take the fly's move in expectation) read.
+The sampling environment, the exact oracle and the analysis all read the per-grid
+tables of :class:`GridRules` (:func:`grid_rules`).
 """
 from __future__ import annotations
 
