@@ -395,32 +395,28 @@ def sequential_rollout(
         order (str or Tensor, optional): Decision order, see :func:`agent_ranks`.
             (default: :obj:`"default"`)
         selector (Selector, optional): How each agent chooses from its valued
-            candidates (:mod:`acegnn.nn.selectors`): :class:`Greedy`,
-            :class:`EpsilonGreedy`, :class:`Forced` (teacher forcing, for learning from
-            replayed transitions), :class:`Softmax` (ACE-PPO's policy over the logits of
-            a ``logit_head``) or your own. (default: :class:`Greedy`)
+            candidates (:mod:`acegnn.nn.selectors`). (default: :class:`Greedy`)
         generator (torch.Generator, optional): Source of randomness (order, selector).
-        max_steps (int, optional): Stop after this many agents per graph (``1`` values
-            only the first agent's candidates, as the Bellman target of the last agent
-            needs at the next state). (default: all agents)
+        max_steps (int, optional): Stop after this many agents per graph.
+            (default: all agents)
         check (bool, optional): Validate the input. (default: :obj:`True`)
-        values (str, optional): Which candidates to value. ``"all"``: every one.
-            ``"chosen"`` (needs a :class:`Forced` selector): only the SE-states the given actions lead
-            to, all that the predicted side of a TD loss needs, at about one candidate
-            per agent. ``"successors"`` (needs a :class:`Forced` selector): ``"chosen"`` for the first
-            agent and ``"all"`` after it, all that Eq. 1 targets inside a state need.
-            Where only the chosen candidate is valued, ``max_value``, ``greedy_ids``
-            and the other candidates are NaN / ``-1``. (default: :obj:`"all"`)
+        values (str, optional): Which candidates to value: ``"all"``; ``"chosen"``, the
+            SE-states the given actions lead to; ``"successors"``, ``"chosen"`` for the
+            first agent and ``"all"`` after it. The last two need a :class:`Forced`
+            selector; where only the chosen candidate is valued, ``max_value``,
+            ``greedy_ids`` and the other candidates are NaN / ``-1``.
+            (default: :obj:`"all"`)
         logit_head (ValueHead, optional): A second head (ACE-PPO's logit encoder) that
-            reads the same candidate SE-states as ``net.value_head`` in the same pass:
-            its outputs go to the selector (:attr:`CandidateTable.logits`) and to
+            reads the same candidates: its outputs go to the selector and to
             :attr:`Rollout.candidate_logits`. Needs ``values="all"``. (default: none)
 
-    Four phases: plan (who decides when, and every agent's candidate routes:
-    :func:`_decision`), candidates (which SE-states each step values:
-    :func:`_candidates`), value and select (:func:`_value_and_select`, with
-    :class:`~acegnn.nn.value_head.SuccessorValues`; the unavailable candidates are never
-    chosen and read NaN in ``candidate_values``), assemble (:func:`_assemble`).
+    Returns:
+        Rollout: Unavailable candidates are never chosen and read NaN in
+        ``candidate_values``.
+
+    Raises:
+        ValueError: ``values`` is unknown or does not fit ``logit_head`` or ``selector``;
+            with ``check``, the batch does not fit the network's schema.
     """
     if values not in ("all", "chosen", "successors"):
         raise ValueError(f"values must be 'all', 'chosen' or 'successors' (got {values!r})")

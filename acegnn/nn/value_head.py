@@ -226,26 +226,22 @@ class Successors(NamedTuple):
 
 
 class SuccessorValues:
-    r"""V of the candidate successors of one SE-state after another, as a decision with
-    rollout needs them, without re-encoding and without an ``H x H`` product per step.
+    r"""V of the candidate successors of one SE-state after another, without re-encoding.
 
-    It keeps the pre-activations ``W e_j + b`` of the value encoder's first fc for every
-    unit of the current SE-state. Messages are added to unit embeddings and the fc is
-    linear, so a successor's changed row reads ``pre[j] + W m``: every message of the
-    batch is transformed once (:meth:`ValueHead.message_pre`), and a step only gathers,
-    adds and applies the ReLU (and the later layers of a deeper unit MLP). With a
-    :attr:`ValueHead.linear_readout` it keeps one scalar per unit, ``w^T h_j``, and the
-    per-graph sums of the pooled ones; otherwise the hidden rows, pooled by
-    :meth:`ValueHead.pool_base` and :meth:`ValueHead.hidden_values`.
+    It keeps the value encoder's first-fc pre-activations
+    :math:`p_j = W e_j + b` of every unit of the current SE-state. A candidate that adds
+    message :math:`m` to row :math:`j` reads :math:`p_j + W m`, then the ReLU and the
+    later layers. Every message is transformed once (:meth:`ValueHead.message_pre`).
+    With :attr:`ValueHead.linear_readout` it keeps one scalar :math:`w^\top h_j` per unit
+    and the per-graph sums of the pooled ones.
 
-    Rows are flat unit rows plus a spare row ``num_units`` that takes the writes of
-    candidates that change no target (it is never pooled). Without autograd (acting,
-    targets) the state is updated in place.
+    Rows are the flat unit rows plus a spare row ``num_units``, never pooled, that takes
+    the writes of candidates that change no target. Without autograd the state is
+    updated in place.
 
     Args:
-        head (ValueHead): The value encoder (or a second head of its structure, as
-            ACE-PPO's logit encoder; a rollout keeps one :class:`SuccessorValues` per head
-            and moves them along the same choices).
+        head (ValueHead): The value encoder, or a second head of its structure
+            (ACE-PPO's logit encoder).
         units (Tensor): ``[U, H]`` unit embeddings of the first SE-state.
         index (UnitIndex): The batch's indexing.
         messages (Tensor): ``[M, H]`` every message a candidate may add (the rows of
