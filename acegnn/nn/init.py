@@ -1,9 +1,9 @@
 """Weight initialisation schemes shared by ACE and the baselines.
 
 * ``torch``: PyTorch's default ``nn.Linear`` initialisation (uniform with bound
-  ``1 / sqrt(fan_in)``). Every fc + ReLU then shrinks the variance of its input by about 6,
-  so deep MLPs start with values that barely depend on the state: with the three-layer
-  MLPs of the Spiders-and-Fly configs, V varies by ~1e-4 across states at initialisation.
+  ``1 / sqrt(fan_in)``). Every fc + ReLU then shrinks the variance of its input, so deep
+  MLPs start with values that barely depend on the state (docs/spiders_fly_results.md,
+  "Initialisation").
 * ``he``: He (Kaiming) normal initialisation, ``std = sqrt(2 / fan_in)``, with zero bias,
   for every linear layer followed by a ReLU, which keeps the variance through the ReLU
   stack; other layers (the value and Q outputs, the hyper-networks' last layers) keep
