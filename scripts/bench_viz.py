@@ -76,11 +76,11 @@ def smac_states(steps: int, allies: int = 27, enemies: int = 30):
 
 
 def timed(fn, repeats: int) -> float:
-    fn().canvas.draw()  # warm-up: fonts, caches
+    fn().fig.canvas.draw()  # warm-up: fonts, caches
     times = []
     for _ in range(repeats):
         t = time.perf_counter()
-        fig = fn()
+        fig = fn().fig
         fig.canvas.draw()
         times.append(time.perf_counter() - t)
     return round(statistics.median(times), 4)

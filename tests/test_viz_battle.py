@@ -99,7 +99,7 @@ def test_frames_carry_the_batchs_alive_flags(battle):
 def test_dead_units_their_labels_and_edges_are_not_drawn(battle):
     f = battle["frames"][0]
     dead_pos = f.pos[~f.alive]
-    fig = draw_state(f)
+    fig, drawn = draw_state(f)
     units = _by_gid(fig, "units:")
     assert sorted(c.get_gid() for c in units) == ["units:ally", "units:enemy"]
     for c in units:
@@ -112,15 +112,15 @@ def test_dead_units_their_labels_and_edges_are_not_drawn(battle):
     for p in dead_pos:
         assert not _touches(segs.reshape(-1, 2), p)
     assert all(_touches(f.pos[f.alive], q) for q in segs.reshape(-1, 2))
-    assert set(fig.acegnn_edges.tolist()) == set(np.nonzero(f.live_edges)[0].tolist())
+    assert set(drawn.edges) == set(np.nonzero(f.live_edges)[0].tolist())
     names = {t.get_gid() for t in _by_gid(fig, "name:")}
     assert names == {f"name:{u}" for u in np.nonzero(f.alive)[0]}
     assert "dead (not drawn): 2" in _legend(fig)
     # edge counts count the live edges
-    assert "(5 of 12 edges shown)" in draw_state(f, max_edges=5).axes[0].get_title()
+    assert "(5 of 12 edges shown)" in draw_state(f, max_edges=5).fig.axes[0].get_title()
     assert "edges shown" not in fig.axes[0].get_title()
     # battle 1: everything drawn, no dead handle
-    fig = draw_state(battle["frames"][1])
+    fig = draw_state(battle["frames"][1]).fig
     assert sum(len(c.get_offsets()) for c in _by_gid(fig, "units:")) == 6
     assert len(_by_gid(fig, "edges")[0].get_segments()) == 30
     assert not any("dead" in t for t in _legend(fig))
@@ -128,27 +128,26 @@ def test_dead_units_their_labels_and_edges_are_not_drawn(battle):
 
 def test_a_dead_agent_has_no_arrow_and_its_no_op_is_marked_dead(battle):
     f = battle["frames"][0]
-    fig = draw_decision(f)
-    drawn = [a for a, *_ in fig.acegnn_arrows] + [a for a, _ in fig.acegnn_still]
-    assert sorted(drawn) == [0, 2]
+    fig, drawn = draw_decision(f)
+    assert sorted(a.agent for a in drawn.arrows + drawn.still) == [0, 2]
     assert {t.get_gid() for t in _by_gid(fig, "order:")} == {"order:0", "order:2"}
     for p in f.pos[~f.alive]:
-        assert not any(_touches([p0, p1], p) for _, p0, p1, _ in fig.acegnn_arrows)
+        assert not any(_touches([a.start, a.end], p) for a in drawn.arrows)
         assert all(not _touches(c.get_offsets(), p) for c in _by_gid(fig, "actions:still"))
-    fig = draw_candidates(f)
+    fig, drawn = draw_candidates(f)
     texts = [t.get_text() for t in fig.axes[0].texts]
     assert f"{int(f.order[1]) + 1}. ally 1 (dead)" in texts
     assert sum("(dead)" in t for t in texts) == 1
     noop = battle["task"].noop_action
-    assert [v[:2] + v[3:] for v in fig.acegnn_values if v[0] == 1] == [(1, noop, True, True)]
-    fig = draw_frame(f)  # what `acegnn viz` and the TensorBoard episode draw
+    assert [v[:2] + v[3:] for v in drawn.values if v.agent == 1] == [(1, noop, True, True)]
+    fig = draw_frame(f).fig  # what `acegnn viz` and the TensorBoard episode draw
     assert "dead (not drawn): 2" in _legend(fig)
     assert sum(len(c.get_offsets()) for c in _by_gid(fig, "units:")) == 4
 
 
 def test_limits_without_a_scene_are_the_live_units(battle):
     f = dataclasses.replace(battle["frames"][0], scene=None)
-    ax = draw_state(f).axes[0]
+    ax = draw_state(f).fig.axes[0]
     (x0, x1), (y0, y1) = ax.get_xlim(), ax.get_ylim()
     live = f.pos[f.alive]
     assert 0 < x0 < live[:, 0].min() and x1 > live[:, 0].max()
@@ -222,13 +221,13 @@ setTimeout(function(){
 def test_spiders_and_fly_draws_as_before(spiders):
     for f in spiders:
         assert f.alive.tolist() == [True] * 3 and f.num_dead == 0 and f.live_edges.all()
-        fig = draw_decision(f)
+        fig = draw_decision(f).fig
         assert sum(len(c.get_offsets()) for c in _by_gid(fig, "units:")) == 3
         assert len(_by_gid(fig, "edges")[0].get_segments()) == 6
         assert {t.get_gid() for t in _by_gid(fig, "name:")} == {"name:0", "name:1", "name:2"}
         assert {t.get_gid() for t in _by_gid(fig, "order:")} == {"order:0", "order:1"}
         assert not any("dead" in t for t in _legend(fig))
-        assert not any("dead" in t.get_text() for t in draw_candidates(f).axes[0].texts)
+        assert not any("dead" in t.get_text() for t in draw_candidates(f).fig.axes[0].texts)
     fig = episode_figure(spiders)
     assert [t.name for t in fig.data] == [
         "scene", "edges", "move", "targeted action", "spider", "fly", "decision order",

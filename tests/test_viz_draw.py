@@ -68,7 +68,7 @@ def _by_gid(fig, prefix):
 
 def test_one_marker_per_unit_at_its_position(spiders):
     f, pos = spiders["frames"][0], spiders["pos"]
-    fig = draw_state(f)
+    fig, drawn = draw_state(f)
     units = _by_gid(fig, "units:")
     assert all(isinstance(c, PathCollection) for c in units)
     assert sorted(c.get_gid() for c in units) == ["units:fly", "units:spider"]
@@ -87,13 +87,14 @@ def test_one_marker_per_unit_at_its_position(spiders):
     assert ax.get_xlim() == scene.xlim and ax.get_ylim() == scene.ylim[::-1]
     (edges,) = _by_gid(fig, "edges")
     assert len(edges.get_segments()) == f.edges.shape[1] == 6
+    assert drawn.edges == tuple(range(6)) and drawn.arrows == drawn.values == ()
     assert [t.get_text() for t in ax.get_legend().get_texts()][:2] == ["spider", "fly"]
 
 
 def test_units_that_cannot_act_are_hollow(spiders):
     f = spiders["frames"][0]
     f = dataclasses.replace(f, can_act=np.array([True, False, True]))
-    spider = next(c for c in _by_gid(draw_state(f), "units:spider"))
+    spider = next(c for c in _by_gid(draw_state(f).fig, "units:spider"))
     face = spider.get_facecolors()
     assert face[0][3] == 1.0 and face[1][3] == 0.0
 
@@ -104,9 +105,13 @@ def test_edges_are_thinned_to_max_edges(big):
     real = {(tuple(big.pos[s]), tuple(big.pos[d])) for s, d in big.edges.T}
 
     def drawn(**kw):
-        fig = draw_state(big, **kw)
+        fig, record = draw_state(big, **kw)
         lines = _by_gid(fig, "edges")
-        return fig, ([] if not lines else [tuple(map(tuple, s)) for s in lines[0].get_segments()])
+        segs = [] if not lines else [tuple(map(tuple, s)) for s in lines[0].get_segments()]
+        # the record names the drawn edges, in the order drawn
+        assert [(tuple(big.pos[s]), tuple(big.pos[d])) for s, d in big.edges.T[list(record.edges)]] \
+            == segs
+        return fig, segs
 
     fig, segs = drawn(max_edges=100, seed=1)
     assert len(segs) == 100 and len(set(segs)) == 100 and set(segs) <= real
@@ -134,14 +139,14 @@ def test_targeted_arrows_go_from_the_actor_to_its_target():
     def arrow(agent, a, t, kind):
         return (agent, tuple(P[a]), tuple(P[t]), kind)
 
-    fig = draw_decision(f0)
-    assert fig.acegnn_arrows == [arrow(0, 0, 3 + 2, "attack"), arrow(1, 1, 0, "heal")]
-    assert fig.acegnn_still == [(2, "stop")]
+    fig, drawn = draw_decision(f0)
+    assert drawn.arrows == (arrow(0, 0, 3 + 2, "attack"), arrow(1, 1, 0, "heal"))
+    assert drawn.still == ((2, "stop"),)
     patches = [p for p in fig.axes[0].patches if isinstance(p, FancyArrowPatch)]
     assert sorted(p.get_gid() for p in patches) == ["action:0", "action:1"]
-    fig = draw_decision(f1)
-    assert fig.acegnn_arrows == [arrow(1, 7 + 1, 7 + 3 + 3, "attack"), arrow(2, 7 + 2, 7 + 3 + 0, "attack")]
-    assert fig.acegnn_still == [(0, "north")]
+    fig, drawn = draw_decision(f1)
+    assert drawn.arrows == (arrow(1, 7 + 1, 7 + 3 + 3, "attack"), arrow(2, 7 + 2, 7 + 3 + 0, "attack"))
+    assert drawn.still == ((0, "north"),)
     (dots,) = _by_gid(fig, "actions:still")
     np.testing.assert_allclose(dots.get_offsets(), P[7:8])
 
@@ -151,7 +156,7 @@ def test_move_arrows_are_the_scenes_displacements(spiders):
     pos, names, n = spiders["pos"], spiders["names"], spiders["n"]
     arrows = 0
     for g, f in enumerate(spiders["frames"]):
-        fig = draw_decision(f)
+        drawn = draw_decision(f).drawn
         expected, still = [], []
         for i in range(n):
             kind, start = names[g * n + i], pos[g * 3 + i]  # 3 units per state, agents first
@@ -160,7 +165,7 @@ def test_move_arrows_are_the_scenes_displacements(spiders):
                 expected.append((i, tuple(start.astype(float)), tuple(end.astype(float)), kind))
             else:
                 still.append((i, kind))
-        assert fig.acegnn_arrows == expected and fig.acegnn_still == still
+        assert drawn.arrows == tuple(expected) and drawn.still == tuple(still)
         arrows += len(expected)
     assert arrows > 0
 
@@ -169,7 +174,7 @@ def test_order_labels_are_the_decision_order():
     b, ro = _smac(5, 4, order="random", generator=torch.Generator().manual_seed(3))
     rank = ro.rank.tolist()
     assert rank != sorted(rank)
-    fig = draw_decision(frames(SMAC, b, ro)[0])
+    fig = draw_decision(frames(SMAC, b, ro)[0]).fig
     labels = {t.get_gid(): t.get_text() for t in _by_gid(fig, "order:")}
     assert labels == {f"order:{i}": str(r + 1) for i, r in enumerate(rank)}
 
@@ -183,10 +188,10 @@ def test_candidate_values_are_the_rollouts():
         expected.append((a, int(idx.action_slot[r]), float(ro.candidate_values[r]),
                          int(ro.action_ids[a]) == r, int(ro.greedy_ids[a]) == r))
     assert any(e[3] != e[4] for e in expected)  # some agent explored
-    fig = draw_candidates(frames(SMAC, b, ro)[0], top_k=None)
-    shown = fig.acegnn_values
+    fig, drawn = draw_candidates(frames(SMAC, b, ro)[0], top_k=None)
+    shown = drawn.values
     assert sorted(shown) == sorted(expected) and len(shown) == 4 * (5 + 5 + 3)
-    assert fig.acegnn_hidden == {a: 0 for a in range(4)}
+    assert drawn.hidden == {a: 0 for a in range(4)}
     # groups in decision order, best first within a group
     assert [a for a, *_ in shown] == sorted(a for a, *_ in shown)
     for a in range(4):
@@ -203,8 +208,8 @@ def test_candidate_values_are_the_rollouts():
         assert (rect.get_facecolor() == to_rgba(CHOSEN_COLOR)) == chosen
         assert bool(rect.get_hatch()) == greedy
     # relative bars: the greedy one at 0, the values kept
-    fig = draw_candidates(frames(SMAC, b, ro)[0], top_k=None, relative=True)
-    assert sorted(fig.acegnn_values) == sorted(expected)
+    fig, drawn = draw_candidates(frames(SMAC, b, ro)[0], top_k=None, relative=True)
+    assert sorted(drawn.values) == sorted(expected)
     for p in fig.axes[0].patches:
         if p.get_hatch():
             assert p.get_x() + p.get_width() == pytest.approx(0.0, abs=1e-6)
@@ -213,14 +218,14 @@ def test_candidate_values_are_the_rollouts():
 def test_top_k_candidates_and_the_chosen_one():
     b, ro = _smac(5, 8, selector=EpsilonGreedy(1.0), generator=torch.Generator().manual_seed(1))
     f = frames(SMAC, b, ro)[0]
-    fig = draw_candidates(f, top_k=3)
+    fig, drawn = draw_candidates(f, top_k=3)
     texts = [t.get_text() for t in fig.axes[0].texts]
     explored = 0
     for a in range(5):
         vals = ro.candidate_values[ro.encoded.index.action_agent == a]
         vals = vals[~torch.isnan(vals)]
         assert vals.numel() == 5 + 8 + 4
-        shown = [s for s in fig.acegnn_values if s[0] == a]
+        shown = [s for s in drawn.values if s.agent == a]
         top3 = sorted(vals.tolist(), reverse=True)[:3]
         assert [s[2] for s in shown[:3]] == pytest.approx(top3)
         chosen = [s for s in shown if s[3]]
@@ -229,20 +234,20 @@ def test_top_k_candidates_and_the_chosen_one():
         explored += not in_top
         assert len(shown) == 3 + (not in_top)
         hidden = 17 - len(shown)
-        assert fig.acegnn_hidden[a] == hidden
+        assert drawn.hidden[a] == hidden
         head = f"{int(ro.rank[a]) + 1}. ally {a}  +{hidden} hidden"
         assert head in texts
     assert explored > 0
 
 
 def test_large_map_draws_fast(big):
-    draw_decision(big).canvas.draw()  # warm caches (fonts)
+    draw_decision(big).fig.canvas.draw()  # warm caches (fonts)
     t = time.perf_counter()
-    draw_decision(big).canvas.draw()
-    fig = draw_candidates(big)
+    draw_decision(big).fig.canvas.draw()
+    fig, drawn = draw_candidates(big)
     fig.canvas.draw()
     assert time.perf_counter() - t < 3.0  # ~0.3 s on a laptop; bench_viz.py measures it
-    assert len(fig.acegnn_values) <= 27 * 6 and sum(fig.acegnn_hidden.values()) > 27 * 50
+    assert len(drawn.values) <= 27 * 6 and sum(drawn.hidden.values()) > 27 * 50
 
 
 def test_draw_frame_and_drawing_into_given_axes(spiders):
@@ -250,14 +255,18 @@ def test_draw_frame_and_drawing_into_given_axes(spiders):
 
     before = plt.get_fignums()
     f = dataclasses.replace(spiders["frames"][1], step=3, reward=-1.5)
-    fig = draw_frame(f)
+    fig, drawn = draw_frame(f)
     assert plt.get_fignums() == before  # nothing registered with pyplot, nothing shown
     assert fig._suptitle.get_text() == "step 3, reward -1.5"
-    assert len(fig.axes) == 2 and fig.acegnn_arrows is not None and fig.acegnn_values
-    assert "reward" not in draw_frame(spiders["frames"][1])._suptitle.get_text()
+    assert len(fig.axes) == 2 and not [k for k in vars(fig) if k.startswith("acegnn")]
+    # every part drawn, as draw_decision and draw_candidates draw it
+    assert drawn.edges and drawn.arrows + drawn.still and drawn.values
+    decision, candidates = draw_decision(f).drawn, draw_candidates(f).drawn
+    assert drawn == dataclasses.replace(decision, values=candidates.values, hidden=candidates.hidden)
+    assert "reward" not in draw_frame(spiders["frames"][1]).fig._suptitle.get_text()
     own, axs = plt.subplots(1, 2)
     try:
-        assert draw_state(f, ax=axs[0]) is own and draw_candidates(f, ax=axs[1]) is own
+        assert draw_state(f, ax=axs[0]).fig is own and draw_candidates(f, ax=axs[1]).fig is own
         assert len(_by_gid(own, "units:")) == 2
     finally:
         plt.close(own)
@@ -271,7 +280,7 @@ def test_gif_has_one_frame_per_state(spiders, tmp_path):
     assert path == str(tmp_path / "episode.gif")
     with Image.open(path) as im:
         assert im.n_frames == 3
-        w, h = draw_frame(episode[0]).get_size_inches()
+        w, h = draw_frame(episode[0]).fig.get_size_inches()
         assert im.size == (round(w * 40), round(h * 40))
 
 
@@ -326,7 +335,7 @@ def test_bad_input_is_refused(spiders, tmp_path):
 
 def test_tiny_figures_and_missing_folders(spiders, tmp_path):
     f = spiders["frames"][0]
-    draw_frame(f, figsize=(3, 1)).canvas.draw()  # panels shrink, nothing fails
+    draw_frame(f, figsize=(3, 1)).fig.canvas.draw()  # panels shrink, nothing fails
     with pytest.raises(ValueError, match="does not exist"):
         animate([f], tmp_path / "no" / "e.gif")
 

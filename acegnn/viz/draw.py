@@ -1,40 +1,32 @@
 """Figures of one state and its sequential decision, and animations of an episode.
 
-A notebook API on :class:`~acegnn.viz.frame.Frame`: every function returns a
-matplotlib :class:`~matplotlib.figure.Figure` and draws nothing on screen and writes no
-file unless asked (:func:`animate` writes one). A figure made here is not registered
-with :mod:`matplotlib.pyplot`: a notebook shows a returned figure, a script saves it
-with ``fig.savefig(path)``; to draw into a figure of your own (a window, subplots),
-pass ``ax``.
+Every ``draw_*`` function takes a :class:`~acegnn.viz.frame.Frame` and returns a
+:class:`Drawing`: the matplotlib :class:`~matplotlib.figure.Figure` drawn into and a
+:class:`Drawn` record of what was drawn. A new figure is not registered with
+:mod:`matplotlib.pyplot`: nothing is shown and no file is written unless asked. Pass
+``ax`` to draw into axes of your own.
 
-* :func:`draw_state`: the interaction graph: units at their positions, one colour per
-  unit type, agents ringed, units that cannot act hollow; edges, the scene's
-  background. Dead units (:attr:`Frame.alive`) are not drawn, nor their labels nor any
-  edge with a dead end; the legend says how many are left out.
-* :func:`draw_decision`: the state and every agent's chosen action: a move arrow, an
-  arrow to the target of a targeted action (where its passive message goes), a dot for
-  an action drawn neither way (stay, stop, a no-op); the decision order ``1, 2, ...``.
-* :func:`draw_candidates`: the values of every decision step's candidates, the chosen
-  and the greedy one marked.
+* :func:`draw_state`: the interaction graph of a state.
+* :func:`draw_decision`: the state and every agent's chosen action.
+* :func:`draw_candidates`: the values of every decision step's candidates.
 * :func:`draw_frame`: the decision and the candidate values side by side.
-* :func:`animate`: an episode as a GIF or MP4.
-
-What is drawn is also kept on the figure, for tests and for reading it back:
-``fig.acegnn_edges`` (the drawn edges' indices into ``frame.edges``),
-``fig.acegnn_arrows`` (``(agent, (x0, y0), (x1, y1), kind)`` per drawn arrow),
-``fig.acegnn_still`` (``(agent, kind)`` per agent drawn with a dot),
-``fig.acegnn_values`` (``(agent, slot, value, is_chosen, is_greedy)`` per drawn bar)
-and ``fig.acegnn_hidden`` (``{agent: candidates not drawn}``); each is set by the
-last call that drew that part into the figure.
+* :func:`animate`: an episode as a GIF or MP4 file.
 """
 from __future__ import annotations
 
+import dataclasses
 import os
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 import numpy as np
 
 from acegnn.viz.frame import Frame
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+__all__ = ["Arrow", "Bar", "Drawing", "Drawn", "Still", "animate", "draw_candidates",
+           "draw_decision", "draw_frame", "draw_state"]
 
 #: Colour of each unit type, by its index in the schema (cycled).
 TYPE_COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#8c564b", "#e377c2",
@@ -49,6 +41,63 @@ BACKGROUND_COLOR = "#d9d9d9"
 BAR_COLOR = "#9ecae1"
 CHOSEN_COLOR = "#ff7f0e"
 GREEDY_HATCH = "////"
+
+
+# ---------------------------------------------------------------- what is drawn
+
+class Arrow(NamedTuple):
+    """An agent's action drawn as an arrow."""
+
+    agent: int
+    start: Tuple[float, float]
+    end: Tuple[float, float]
+    kind: str
+    """Name of the action kind."""
+
+
+class Still(NamedTuple):
+    """An agent's action drawn as a dot on the agent."""
+
+    agent: int
+    kind: str
+    """Name of the action kind."""
+
+
+class Bar(NamedTuple):
+    """A candidate's value bar."""
+
+    agent: int
+    slot: int
+    """The candidate's action slot."""
+    value: float
+    """The candidate's value, also when the bars are relative."""
+    chosen: bool
+    greedy: bool
+
+
+@dataclasses.dataclass(frozen=True)
+class Drawn:
+    """What one ``draw_*`` call drew. A part the call does not draw stays empty."""
+
+    edges: Tuple[int, ...] = ()
+    """Indices into ``frame.edges`` of the drawn edges."""
+    arrows: Tuple[Arrow, ...] = ()
+    """One per agent whose action is drawn as an arrow."""
+    still: Tuple[Still, ...] = ()
+    """One per agent whose action is drawn as a dot."""
+    values: Tuple[Bar, ...] = ()
+    """One per candidate bar, in drawing order (top to bottom)."""
+    hidden: Dict[int, int] = dataclasses.field(default_factory=dict)
+    """``{agent: number of its candidates not drawn}`` for every agent with a group."""
+
+
+class Drawing(NamedTuple):
+    """What a ``draw_*`` function returns: ``fig, drawn = draw_frame(frame)``."""
+
+    fig: "Figure"
+    """The figure drawn into."""
+    drawn: Drawn
+
 
 # layout of the figures made here, in inches
 _STATE_SIDE = 5.0   # the state's axes
@@ -154,11 +203,10 @@ def _agent_head(frame: Frame, agent: int, rank: int, hidden: int = 0) -> str:
 # ---------------------------------------------------------------- the state
 
 def _draw_state(ax, frame: Frame, edges: bool, max_edges: Optional[int], seed: int,
-                labels: Optional[bool], extra_handles=(), title: Optional[str] = None) -> None:
+                labels: Optional[bool], extra_handles=(), title: Optional[str] = None) -> Drawn:
     from matplotlib.collections import LineCollection
     from matplotlib.lines import Line2D
 
-    fig = ax.figure
     xlim, ylim, invert_y = _limits(frame)
     if frame.scene is not None and frame.scene.lines:
         ax.add_collection(LineCollection(
@@ -173,7 +221,6 @@ def _draw_state(ax, frame: Frame, edges: bool, max_edges: Optional[int], seed: i
         ax.add_collection(LineCollection(
             segs, colors=EDGE_COLOR, linewidths=0.4 if many else 1.0,
             alpha=0.35 if many else 0.7, zorder=1, gid="edges"))
-    fig.acegnn_edges = shown
 
     s = _marker_size(frame.num_units)
     handles = []
@@ -225,6 +272,7 @@ def _draw_state(ax, frame: Frame, edges: bool, max_edges: Optional[int], seed: i
     ax.set_title(title, fontsize=9)
     ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.02, 1.0), fontsize=7,
               frameon=False, borderaxespad=0.0)
+    return Drawn(edges=tuple(shown.tolist()))
 
 
 def _state_axes(frame: Frame, ax, max_edges: Optional[int], seed: int):
@@ -239,16 +287,16 @@ def _state_axes(frame: Frame, ax, max_edges: Optional[int], seed: int):
 
 
 def draw_state(frame: Frame, ax=None, edges: bool = True, max_edges: Optional[int] = 500,
-               seed: int = 0, labels: Optional[bool] = None):
+               seed: int = 0, labels: Optional[bool] = None) -> Drawing:
     r"""Draws the interaction graph of a state.
 
-    One marker per unit at its position, coloured by unit type (:data:`TYPE_COLORS`,
-    collections with gid ``"units:<type>"``); agents ringed in black, units that cannot
-    act hollow and grey; the edges (gid ``"edges"``) and the scene's background lines
-    (gid ``"background"``); the scene's limits (or the positions' with a margin). What
-    the network does not see is not drawn: a dead unit (:attr:`Frame.alive`), its name
-    and every edge with a dead end; the legend says how many units are dead
-    (``"dead (not drawn): 3"``) and the edge counts count live edges only.
+    One marker per live unit at its position, coloured by unit type
+    (:data:`TYPE_COLORS`, gid ``"units:<type>"``): agents ringed in black, units that
+    cannot act hollow and grey. Also the live edges (gid ``"edges"``), the scene's
+    background lines (gid ``"background"``) and the scene's limits (else the live
+    positions' with a margin). A dead unit (:attr:`Frame.alive`), its name and every edge
+    with a dead end are not drawn; the legend counts the dead units
+    (``"dead (not drawn): 3"``).
 
     Args:
         frame (Frame): The state.
@@ -256,29 +304,32 @@ def draw_state(frame: Frame, ax=None, edges: bool = True, max_edges: Optional[in
             :obj:`None`. (default: :obj:`None`)
         edges (bool, optional): Whether to draw the edges. (default: :obj:`True`)
         max_edges (int, optional): Draw at most this many live edges, a uniform choice
-            seeded by ``seed`` (the title says how many are shown); all when :obj:`None`.
+            seeded by ``seed``; the title says how many are shown. All when :obj:`None`.
             (default: :obj:`500`)
         seed (int, optional): Seed of the edge choice. (default: :obj:`0`)
         labels (bool, optional): Write each live unit's name under it; :obj:`None`:
             when the state has at most 12 units. (default: :obj:`None`)
 
     Returns:
-        The :class:`~matplotlib.figure.Figure` drawn into.
+        :class:`Drawing`: the figure and :attr:`Drawn.edges`.
+
+    Raises:
+        ValueError: ``frame`` is not a :class:`Frame`, ``ax`` not an Axes, or
+            ``max_edges`` or ``seed`` is not a valid int.
     """
     ax = _state_axes(frame, ax, max_edges, seed)
-    _draw_state(ax, frame, edges, max_edges, seed, labels)
-    return ax.figure
+    return Drawing(ax.figure, _draw_state(ax, frame, edges, max_edges, seed, labels))
 
 
 # ---------------------------------------------------------------- the decision
 
 def _draw_decision(ax, frame: Frame, edges: bool, max_edges: Optional[int], seed: int,
-                   labels: Optional[bool], order_labels: bool, title: Optional[str] = None) -> None:
+                   labels: Optional[bool], order_labels: bool, title: Optional[str] = None) -> Drawn:
     from matplotlib.lines import Line2D
     from matplotlib.patches import FancyArrowPatch
 
-    arrows: List[Tuple[int, Tuple[float, float], Tuple[float, float], str]] = []
-    still: List[Tuple[int, str]] = []
+    arrows: List[Arrow] = []
+    still: List[Still] = []
     handles: Dict[str, object] = {}
     scene = frame.scene
     drawn = [i for i in range(frame.num_agents) if frame.alive[frame.agents[i]]]
@@ -296,9 +347,10 @@ def _draw_decision(ax, frame: Frame, edges: bool, max_edges: Optional[int], seed
         elif move is not None:
             end, color, style = start + np.asarray(move, dtype=float), MOVE_COLOR, "-"
         else:
-            still.append((i, kind))
+            still.append(Still(i, kind))
             continue
-        arrows.append((i, (float(start[0]), float(start[1])), (float(end[0]), float(end[1])), kind))
+        arrows.append(Arrow(i, (float(start[0]), float(start[1])), (float(end[0]), float(end[1])),
+                            kind))
         label = kind if target >= 0 else "move"
         if label not in handles:
             handles[label] = Line2D([], [], color=color, lw=1.6, label=label)
@@ -306,8 +358,8 @@ def _draw_decision(ax, frame: Frame, edges: bool, max_edges: Optional[int], seed
             tuple(start), tuple(end), arrowstyle="-|>", mutation_scale=11, color=color,
             lw=1.5, ls=style, shrinkA=4, shrinkB=7 if target >= 0 else 2, zorder=4,
             gid=f"action:{i}"))
-    _draw_state(ax, frame, edges, max_edges, seed, labels, extra_handles=handles.values(),
-                title=title)
+    state = _draw_state(ax, frame, edges, max_edges, seed, labels, extra_handles=handles.values(),
+                        title=title)
     if still:
         rows = frame.agents[[i for i, _ in still]]
         ax.scatter(frame.pos[rows, 0], frame.pos[rows, 1], s=10, c="black", zorder=4,
@@ -317,23 +369,20 @@ def _draw_decision(ax, frame: Frame, edges: bool, max_edges: Optional[int], seed
             ax.annotate(str(int(frame.order[i]) + 1), frame.pos[frame.agents[i]], xytext=(6, 5),
                         textcoords="offset points", fontsize=8, fontweight="bold", zorder=6,
                         gid=f"order:{i}")
-    fig = ax.figure
-    fig.acegnn_arrows = arrows
-    fig.acegnn_still = still
+    return dataclasses.replace(state, arrows=tuple(arrows), still=tuple(still))
 
 
 def draw_decision(frame: Frame, ax=None, edges: bool = True, max_edges: Optional[int] = 500,
-                  seed: int = 0, labels: Optional[bool] = None, order_labels: bool = True):
+                  seed: int = 0, labels: Optional[bool] = None,
+                  order_labels: bool = True) -> Drawing:
     r"""Draws a state (:func:`draw_state`) and every agent's chosen action.
 
-    A targeted action is an arrow from the actor to its target unit (where its passive
-    message goes; coloured by action kind, :data:`KIND_COLORS`); a move kind of the
-    frame's scene (:attr:`~acegnn.envs.base.Scene.moves`) is an arrow of its
-    displacement; any other action (stay, stop, a no-op, a move of a task without a
-    scene) is a dot on the agent. Arrows are patches with gid ``"action:<agent>"``;
-    ``fig.acegnn_arrows`` lists ``(agent, (x0, y0), (x1, y1), kind)`` and
-    ``fig.acegnn_still`` ``(agent, kind)`` of the dots. A dead agent (its forced no-op)
-    is drawn neither way and gets no order label.
+    A targeted action is an arrow from the actor to its target unit, coloured by action
+    kind (:data:`KIND_COLORS`). A move kind of the frame's scene
+    (:attr:`~acegnn.envs.base.Scene.moves`) is an arrow of its displacement. Any other
+    action (stay, stop, a no-op, a move without a scene) is a dot on the agent (gid
+    ``"actions:still"``). Arrows have gid ``"action:<agent>"``. A dead agent gets
+    neither, nor an order label.
 
     Args:
         frame (Frame): The state and its decision.
@@ -345,15 +394,19 @@ def draw_decision(frame: Frame, ax=None, edges: bool = True, max_edges: Optional
         seed (int, optional): Seed of the edge choice. (default: :obj:`0`)
         labels (bool, optional): Unit names (:func:`draw_state`). (default: :obj:`None`)
         order_labels (bool, optional): Write each agent's place in the decision order
-            (``1`` decided first) next to it (texts with gid ``"order:<agent>"``).
+            (``1`` decided first) next to it, gid ``"order:<agent>"``.
             (default: :obj:`True`)
 
     Returns:
-        The :class:`~matplotlib.figure.Figure` drawn into.
+        :class:`Drawing`: the figure and :attr:`Drawn.edges`, :attr:`Drawn.arrows` and
+        :attr:`Drawn.still`.
+
+    Raises:
+        ValueError: As :func:`draw_state`.
     """
     ax = _state_axes(frame, ax, max_edges, seed)
-    _draw_decision(ax, frame, edges, max_edges, seed, labels, order_labels)
-    return ax.figure
+    drawn = _draw_decision(ax, frame, edges, max_edges, seed, labels, order_labels)
+    return Drawing(ax.figure, drawn)
 
 
 # ---------------------------------------------------------------- candidate values
@@ -387,7 +440,7 @@ def _candidate_layout(frame: Frame, top_k: Optional[int]):
     return groups, rows, label_w, height
 
 
-def _draw_candidates(ax, frame: Frame, groups, relative: bool) -> None:
+def _draw_candidates(ax, frame: Frame, groups, relative: bool) -> Drawn:
     from matplotlib.patches import Patch, Rectangle
     from matplotlib.transforms import blended_transform_factory
 
@@ -416,7 +469,7 @@ def _draw_candidates(ax, frame: Frame, groups, relative: bool) -> None:
             label_y.append(y)
             label_text.append(_target_label(frame, int(frame.cand_kind[c]), int(frame.cand_target[c])))
             label_bold.append(False)
-            values.append((i, int(frame.cand_slot[c]), v, chosen, greedy))
+            values.append(Bar(i, int(frame.cand_slot[c]), v, chosen, greedy))
             y += 1
     # bars grow from the panel's left edge: the value axis spans the drawn values only,
     # so that close values stay apart
@@ -456,37 +509,36 @@ def _draw_candidates(ax, frame: Frame, groups, relative: bool) -> None:
                        Patch(fc="white", ec="black", hatch=GREEDY_HATCH, label="greedy (max V)")],
               loc="lower left", bbox_to_anchor=(0.0, 1.0), ncol=3, fontsize=7, frameon=False,
               borderaxespad=0.2, handlelength=1.5, columnspacing=1.0)
-    fig = ax.figure
-    fig.acegnn_values = values
-    fig.acegnn_hidden = hidden
+    return Drawn(values=tuple(values), hidden=hidden)
 
 
-def draw_candidates(frame: Frame, ax=None, top_k: Optional[int] = 5, relative: bool = False):
+def draw_candidates(frame: Frame, ax=None, top_k: Optional[int] = 5,
+                    relative: bool = False) -> Drawing:
     r"""Draws the values of every decision step's candidates.
 
-    For each agent in decision order, a group of horizontal bars, one per valued
-    candidate (best first), labelled by its action kind, or ``kind→target`` for a
-    targeted action; the chosen candidate is filled orange, the greedy one (the largest
-    value) hatched with a black edge; they differ where the choice explored. A dead
-    agent's group (its forced no-op) is headed ``"<rank>. <name> (dead)"``. Bars have
-    gid ``"value:<agent>:<slot>"``; ``fig.acegnn_values`` lists ``(agent, slot, value,
-    is_chosen, is_greedy)`` per bar and ``fig.acegnn_hidden`` ``{agent: candidates not
-    drawn}``.
+    One group of horizontal bars per agent, in decision order; one bar per valued
+    candidate, best first, labelled by its action kind (``kind→target`` for a targeted
+    action). The chosen candidate is filled orange (:data:`CHOSEN_COLOR`); the greedy one
+    (the largest value) is hatched with a black edge. A dead agent's group (its forced
+    no-op) is headed ``"<rank>. <name> (dead)"``. Bars have gid
+    ``"value:<agent>:<slot>"``.
 
     Args:
         frame (Frame): The state and its decision.
-        ax (matplotlib.axes.Axes, optional): Axes to draw into; a new figure (its height
-            grows with the rows) when :obj:`None`. (default: :obj:`None`)
-        top_k (int, optional): Per agent, draw the ``top_k`` best candidates and the
-            chosen one; the group's label says how many are hidden. All when
+        ax (matplotlib.axes.Axes, optional): Axes to draw into; a new figure, as tall as
+            the rows need, when :obj:`None`. (default: :obj:`None`)
+        top_k (int, optional): Per agent, draw the ``top_k`` best candidates, the chosen
+            and the greedy one; the group's head says how many are hidden. All when
             :obj:`None`. (default: :obj:`5`)
-        relative (bool, optional): Bars of each candidate's value less its agent's
-            greedy value (how far it is from the best; the greedy bar at 0), for
-            values too close to tell apart on one axis. ``fig.acegnn_values`` holds
-            the values themselves either way. (default: :obj:`False`)
+        relative (bool, optional): Bar lengths are each value less its agent's greedy
+            value (the greedy bar at 0). (default: :obj:`False`)
 
     Returns:
-        The :class:`~matplotlib.figure.Figure` drawn into.
+        :class:`Drawing`: the figure and :attr:`Drawn.values` and :attr:`Drawn.hidden`.
+
+    Raises:
+        ValueError: ``frame`` is not a :class:`Frame`, ``ax`` not an Axes, or ``top_k``
+            is not a positive int or :obj:`None`.
     """
     _check_frame(frame)
     _check_args(top_k=top_k)
@@ -496,8 +548,7 @@ def draw_candidates(frame: Frame, ax=None, top_k: Optional[int] = 5, relative: b
         fig = _figure((label_w + _BAR_W + _MARGIN, height + top + 0.6))
         ax = _axes_in(fig, label_w, 0.6, _BAR_W, height)
     _check_ax(ax)
-    _draw_candidates(ax, frame, groups, bool(relative))
-    return ax.figure
+    return Drawing(ax.figure, _draw_candidates(ax, frame, groups, bool(relative)))
 
 
 # ---------------------------------------------------------------- frames and episodes
@@ -506,13 +557,13 @@ def _gif_writer_class():
     from matplotlib.animation import PillowWriter
 
     class GifWriter(PillowWriter):
-        """:class:`~matplotlib.animation.PillowWriter` that grabs the figure's own
-        canvas (one draw per frame, not a draw and a ``savefig``) and stores each frame
-        quantized (Pillow's fast octree), which makes writing the GIF fast."""
+        """A :class:`~matplotlib.animation.PillowWriter` that grabs the figure's own
+        canvas and stores each frame quantized to 256 colours (Pillow's fast octree)."""
 
         def grab_frame(self, **savefig_kwargs):
             from PIL import Image
 
+            # one canvas draw per frame, not a draw and a savefig: a faster GIF
             self.fig.canvas.draw()
             rgb = np.asarray(self.fig.canvas.buffer_rgba())[..., :3]
             self._frames.append(Image.fromarray(np.ascontiguousarray(rgb)).quantize(
@@ -540,7 +591,7 @@ def _title(frame: Frame) -> str:
 
 def _draw_frame_into(fig, frame: Frame, top_k: Optional[int], edges: bool,
                      max_edges: Optional[int], seed: int, labels: Optional[bool],
-                     relative: bool) -> None:
+                     relative: bool) -> Drawn:
     W, H = fig.get_size_inches()
     groups, _, label_w, height = _candidate_layout(frame, top_k)
     top = H - 0.5  # below the suptitle
@@ -549,17 +600,18 @@ def _draw_frame_into(fig, frame: Frame, top_k: Optional[int], edges: bool,
     left = _axes_in(fig, _MARGIN, top - side, side, side)
     right = _axes_in(fig, W - _MARGIN - bar_w, max(top - 0.5 - height, 0.55), bar_w,
                      max(min(height, top - 0.5 - 0.55), 0.5))
-    _draw_decision(left, frame, edges, max_edges, seed, labels, True, title="decision")
-    _draw_candidates(right, frame, groups, relative)
+    decision = _draw_decision(left, frame, edges, max_edges, seed, labels, True, title="decision")
+    candidates = _draw_candidates(right, frame, groups, relative)
     fig.suptitle(_title(frame), fontsize=11, y=1.0 - 0.12 / H, va="top")
+    return dataclasses.replace(decision, values=candidates.values, hidden=candidates.hidden)
 
 
 def draw_frame(frame: Frame, figsize: Optional[Tuple[float, float]] = None,
                top_k: Optional[int] = 5, edges: bool = True, max_edges: Optional[int] = 500,
-               seed: int = 0, labels: Optional[bool] = None, relative: bool = False):
-    r"""Draws a frame: its decision (:func:`draw_decision`, left) and its candidate
-    values (:func:`draw_candidates`, right), titled with the step and, where known,
-    the reward.
+               seed: int = 0, labels: Optional[bool] = None, relative: bool = False) -> Drawing:
+    r"""Draws a frame in a new figure: its decision (:func:`draw_decision`,
+    left) and its candidate values (:func:`draw_candidates`, right), titled with the
+    step and, where known, the reward.
 
     Args:
         frame (Frame): The state and its decision.
@@ -576,7 +628,11 @@ def draw_frame(frame: Frame, figsize: Optional[Tuple[float, float]] = None,
             (:func:`draw_candidates`). (default: :obj:`False`)
 
     Returns:
-        The new :class:`~matplotlib.figure.Figure`.
+        :class:`Drawing`: the new figure and every field of :class:`Drawn`.
+
+    Raises:
+        ValueError: As :func:`draw_decision` and :func:`draw_candidates`, or
+            ``figsize`` is not two positive numbers.
     """
     _check_frame(frame)
     _check_args(max_edges=max_edges, seed=seed, top_k=top_k)
@@ -585,21 +641,20 @@ def draw_frame(frame: Frame, figsize: Optional[Tuple[float, float]] = None,
     elif len(figsize) != 2 or not all(float(s) > 0 for s in figsize):
         raise ValueError(f"figsize must be two positive numbers (got {figsize!r})")
     fig = _figure(tuple(float(s) for s in figsize))
-    _draw_frame_into(fig, frame, top_k, edges, max_edges, seed, labels, bool(relative))
-    return fig
+    return Drawing(fig, _draw_frame_into(fig, frame, top_k, edges, max_edges, seed, labels,
+                                         bool(relative)))
 
 
 def animate(frames: Sequence[Frame], path, fps: float = 2, dpi: int = 80,
             figsize: Optional[Tuple[float, float]] = None, top_k: Optional[int] = 5,
             edges: bool = True, max_edges: Optional[int] = 500, seed: int = 0,
             labels: Optional[bool] = None, relative: bool = False) -> str:
-    r"""Writes an episode as an animation of its frames (:func:`draw_frame` each) with
-    :class:`matplotlib.animation.FuncAnimation`.
+    r"""Writes an episode as an animation, one :func:`draw_frame` per frame.
 
     Args:
         frames (list of Frame): The episode's frames, in order.
-        path (str or os.PathLike): The file; ``.gif`` (Pillow) or ``.mp4`` (needs
-            ffmpeg).
+        path (str or os.PathLike): The file: ``.gif`` (Pillow) or ``.mp4`` (needs
+            ffmpeg). Its folder must exist.
         fps (float, optional): Frames per second. (default: :obj:`2`)
         dpi (int, optional): Resolution. (default: :obj:`80`)
         figsize ((float, float), optional): Size of every frame in inches; by default
@@ -614,6 +669,11 @@ def animate(frames: Sequence[Frame], path, fps: float = 2, dpi: int = 80,
 
     Returns:
         The path written, as a string.
+
+    Raises:
+        ValueError: No frames, an argument as :func:`draw_frame` refuses it, a suffix
+            other than ``.gif`` or ``.mp4``, a missing folder, ``fps`` or ``dpi`` not
+            positive, or ``.mp4`` without ffmpeg.
     """
     from matplotlib import animation
 

@@ -31,6 +31,9 @@ def record_episodes(task: VecTask, learner, seed: int = 0, max_steps: int = 1000
     Returns:
         One list of frames per environment, a frame per step of its first episode,
         with ``step`` and ``reward`` set.
+
+    Raises:
+        ValueError: ``learner`` has no ``decide`` (no candidate values to draw).
     """
     _deciding(learner)
     gen = torch.Generator().manual_seed(seed)
@@ -54,7 +57,11 @@ def record_episodes(task: VecTask, learner, seed: int = 0, max_steps: int = 1000
 
 def episode_task(env_cfg, episodes: int, seed: int) -> VecTask:
     """A fresh task of ``env_cfg`` with one environment per episode (its config's
-    ``num_envs`` field set to ``episodes``)."""
+    ``num_envs`` field set to ``episodes``), seeded ``seed``.
+
+    Raises:
+        ValueError: ``env_cfg`` has no ``num_envs`` field, or ``episodes`` < 1.
+    """
     if not any(f.name == "num_envs" for f in dataclasses.fields(env_cfg)):
         raise ValueError(f"recording episodes needs an env config with a num_envs field "
                          f"(got {type(env_cfg).__name__})")
@@ -64,7 +71,8 @@ def episode_task(env_cfg, episodes: int, seed: int) -> VecTask:
 
 
 def record_run(cfg, learner, episodes: int, seed: int, max_steps: int = 1000) -> List[List[Frame]]:
-    """Greedy episodes of an experiment's learner on fresh environments seeded ``seed``."""
+    """:func:`record_episodes` of ``episodes`` fresh environments of ``cfg.env`` seeded
+    ``seed`` (:func:`episode_task`); the task is closed afterwards."""
     task = episode_task(cfg.env, episodes, seed)
     try:
         return record_episodes(task, learner, seed, max_steps)
@@ -75,7 +83,8 @@ def record_run(cfg, learner, episodes: int, seed: int, max_steps: int = 1000) ->
 class TensorBoardEpisode:
     """An ``on_evaluate`` callback of the trainer: draws one greedy episode (seed
     ``train.eval_seed``) into TensorBoard as images ``eval/episode`` at the evaluation's
-    step. Draws from none of the run's random streams.
+    step. Draws from none of the run's random streams. :func:`check_drawable` checks
+    the learner and the viz extra beforehand.
 
     Args:
         cfg: The experiment config (its env and ``train.eval_seed``).
@@ -83,22 +92,20 @@ class TensorBoardEpisode:
     """
 
     def __init__(self, cfg, max_steps: int = 50) -> None:
-        from acegnn.viz.draw import draw_frame  # raises early without the viz extra
+        from acegnn.viz.draw import draw_frame  # matplotlib itself is imported when drawing
 
         self.cfg, self.max_steps, self._draw = cfg, max_steps, draw_frame
 
     def __call__(self, trainer, result) -> None:
-        import matplotlib.pyplot as plt
         import numpy as np
 
         episode = record_run(self.cfg, _deciding(trainer.learner), 1, self.cfg.train.eval_seed,
                              self.max_steps)[0]
         images = []
         for frame in episode:
-            fig = self._draw(frame)
+            fig = self._draw(frame).fig  # not registered with pyplot: nothing to close
             fig.canvas.draw()
             images.append(np.asarray(fig.canvas.buffer_rgba())[..., :3].copy())
-            plt.close(fig)
         h = min(i.shape[0] for i in images)
         w = min(i.shape[1] for i in images)
         stack = np.stack([i[:h, :w] for i in images])
@@ -106,7 +113,9 @@ class TensorBoardEpisode:
 
 
 def check_drawable(learner, extra: Optional[str] = "viz") -> None:
-    """Refuse early: a learner without candidate values, or a missing viz extra."""
+    """Raises ``ValueError`` for a learner without candidate values and
+    :class:`~acegnn.utils.registry.MissingBackend` when matplotlib or plotly is missing
+    (the install hint names the extra ``extra``)."""
     import importlib.util
 
     from acegnn.utils.registry import MissingBackend
