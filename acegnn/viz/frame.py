@@ -27,11 +27,9 @@ class Frame:
     ``cand_target`` hold unit numbers; ``cand_agent`` agent numbers; ``chosen`` and
     ``greedy`` candidate numbers.
 
-    A unit that is not ``alive`` (a dead unit of a battle) influences nothing in the
-    network: its edges carry no message and it is not pooled. Its position and features
-    mean nothing (a battle's read zero), so the drawings leave it out, with its label and
-    every edge that has it as an end (:attr:`live_edges`); a dead agent keeps its one
-    candidate, the forced no-op, in the candidate values.
+    The drawings leave out a unit that is not ``alive``, its label and every edge that
+    has it as an end (:attr:`live_edges`). A dead agent keeps its one candidate, the
+    forced no-op, in the candidate values.
 
     Shapes:
         - units: ``unit_type``, ``unit_local``, ``is_agent``, ``can_act``, ``emb_norm``,
@@ -121,9 +119,16 @@ class Frame:
         return np.argsort(self.order, kind="stable")
 
 
-def circle_positions(index, device=None) -> Tensor:
-    """Units of each graph on a circle, node types one after another: the layout of a
-    task without positions."""
+def circle_positions(index) -> Tensor:
+    """Units of each graph on a unit circle, node types one after another: the layout of
+    a task without positions.
+
+    Args:
+        index (UnitIndex): The batch's unit index (:func:`~acegnn.graph.unit_index`).
+
+    Returns:
+        ``[num_units, 2]`` positions in the flat unit order, on the index's device.
+    """
     counts = index.unit_count.to(torch.float)
     local = torch.arange(index.num_units, device=index.unit_batch.device) - \
         index.unit_ptr[index.unit_batch]
@@ -147,8 +152,14 @@ def frames(schema: GraphSchema, graphs: Batch, ro: Rollout, positions: Optional[
         noop (int, optional): The task's no-op slot: an agent whose only available
             action it is is drawn as one that cannot act.
 
-    Each frame's :attr:`Frame.alive` is the batch's :attr:`UnitIndex.unit_alive
-    <acegnn.graph.index.UnitIndex>` (all :obj:`True` where the batch has no alive flags).
+    Returns:
+        One frame per graph. Its :attr:`Frame.alive` is the batch's
+        :attr:`UnitIndex.unit_alive <acegnn.graph.index.UnitIndex>` (all :obj:`True`
+        where the batch has no alive flags).
+
+    Raises:
+        ValueError: ``ro`` did not value every candidate, or ``positions`` has another
+            shape.
     """
     idx = ro.encoded.index
     if bool((ro.greedy_ids < 0).any()):

@@ -1,29 +1,33 @@
 """An episode as one self-contained interactive HTML page (Plotly, offline).
 
 :func:`episode_figure` builds a :class:`plotly.graph_objects.Figure` with one animation
-frame per :class:`~acegnn.viz.frame.Frame` and a slider (plus play/pause buttons) to step
-through them; :func:`episode_page` writes it as a single HTML file with the plotly.js
-bundle inlined, so it opens from disk with no server and no network.
+frame per :class:`~acegnn.viz.frame.Frame`, a slider and play/pause buttons.
+:func:`episode_page` writes it as one HTML file with plotly.js inlined: it opens from
+disk with no server and no network.
 
-Left panel, the interaction graph of the step: the scene's background, edges (each
-unordered pair of units drawn once, thinned to ``max_edges`` by a seeded choice), units
-coloured by type (agents as diamonds, units that cannot act in grey), the chosen actions
-as arrows (a move kind of the scene one step in its direction, a targeted action from
-the actor to its target) and each agent's decision rank. Hovering a unit shows its
-name, feature vector and embedding norm. Only what the network sees is drawn: a dead
-unit (:attr:`Frame.alive <acegnn.viz.frame.Frame.alive>`), its hover text, its rank and
-every edge with a dead end are left out (``max_edges`` counts live edges); the legend
-says how many units are dead in the step (``"dead (not drawn): 3"``).
+The left panel is the interaction graph of the step:
 
-Right panel, the candidate values of the step: one row per agent in decision order, one
-marker per valued candidate at its value ``V``, coloured by action kind; the chosen
-candidate is ringed and the greedy one crossed. Hovering a candidate shows the agent,
-the action kind (and target) and ``V``. A dead agent keeps its row (its forced
+* the scene's background and the edges, each unordered pair of units once, at most
+  ``max_edges`` of them (a seeded choice);
+* units coloured by type, agents as diamonds, units that cannot act in grey; hovering a
+  unit shows its name, features and embedding norm;
+* the chosen actions as arrows: a move kind of the scene one step in its direction, a
+  targeted action from the actor to its target;
+* each agent's decision rank.
+
+A dead unit (:attr:`Frame.alive <acegnn.viz.frame.Frame.alive>`), its hover text, its
+rank and every edge with a dead end are left out, and ``max_edges`` counts live edges.
+The legend says how many units are dead in the step (``"dead (not drawn): 3"``).
+
+The right panel is the candidate values of the step: one row per agent in decision
+order, one marker per valued candidate at its value ``V``, coloured by action kind. The
+chosen candidate is ringed, the greedy one crossed. Hovering a candidate shows the
+agent, the action kind (and target) and ``V``. A dead agent keeps its row (its forced
 no-op), named ``"#<rank> <name> (dead)"``.
 
-To keep the page small, floats are rounded to a few significant digits and static
-data (the scene's background, hover templates, colours) is written once in the base
-figure; a frame holds only what changes. Needs the ``viz`` extra (``plotly``).
+Positions and values are rounded to :data:`COORD_DIGITS` significant digits, edge end
+points to :data:`EDGE_DIGITS`, features to :data:`FEATURE_DIGITS`. Needs the ``viz``
+extra (``plotly``).
 """
 from __future__ import annotations
 
@@ -113,7 +117,7 @@ def _thin_edges(edges: np.ndarray, max_edges: int, rng: np.random.Generator) -> 
 
 def _trails(pairs: np.ndarray, num_units: int) -> List[List[int]]:
     """Split the undirected edges ``pairs`` ``[2, E]`` into trails (walks using each edge
-    once): drawn as polylines they need about one point per edge instead of three."""
+    once), drawn as polylines: about one point per edge instead of three."""
     adj: List[List[Tuple[int, int]]] = [[] for _ in range(num_units)]
     for e, (a, b) in enumerate(pairs.T.tolist()):
         adj[a].append((b, e))
@@ -424,14 +428,21 @@ def episode_figure(frames: Sequence[Frame], title: str = "", max_edges: int = 50
                    seed: int = 0, frame_ms: int = 700):
     """The episode as a Plotly figure with one animation frame per :class:`Frame`.
 
-    Trace order (the same in the base figure, which shows ``frames[0]``, and in every
-    animation frame, which holds the dynamic traces only): the scene's background lines
-    (base figure only), edges, move arrows, targeted-action arrows, one unit trace per
-    unit type (live units only), where some frame has a dead unit a legend entry
-    ``"dead (not drawn): <count>"`` (no points), decision-order labels (live agents),
-    one candidate trace per action kind (its ``x``
-    the values ``V`` of :func:`candidate_order`, its ``y`` the agent's decision row),
-    chosen, greedy.
+    The base figure shows ``frames[0]``; every animation frame holds the dynamic traces
+    only. Traces, in order:
+
+    * the scene's background lines (base figure only);
+    * edges, move arrows, targeted-action arrows;
+    * one trace per unit type (live units only);
+    * where some frame has a dead unit, a legend entry ``"dead (not drawn): <count>"``
+      (no points);
+    * decision-order labels (live agents);
+    * one candidate trace per action kind: ``x`` the values ``V`` in the order of
+      :func:`candidate_order`, ``y`` the agent's decision row;
+    * chosen, greedy.
+
+    Slider labels are the frames' :attr:`Frame.step` when those are all different, else
+    the positions ``0..len(frames)-1``.
 
     Args:
         frames (list of Frame): The steps of the episode (:func:`~acegnn.viz.frame.frames`),
@@ -446,8 +457,10 @@ def episode_figure(frames: Sequence[Frame], title: str = "", max_edges: int = 50
     Returns:
         plotly.graph_objects.Figure
 
-    Slider labels are the frames' :attr:`Frame.step` when those are all different,
-    otherwise the positions ``0..len(frames)-1``.
+    Raises:
+        ValueError: ``frames`` is not a non-empty list of frames of one task with finite
+            positions, or ``max_edges`` or ``frame_ms`` is not a non-negative int.
+        ImportError: plotly is not installed.
     """
     _check(frames, max_edges)
     if isinstance(frame_ms, bool) or not isinstance(frame_ms, (int, np.integer)) or frame_ms < 0:
@@ -533,6 +546,10 @@ def episode_page(frames: Sequence[Frame], path: PathLike, title: str = "",
 
     Returns:
         The ``path`` written.
+
+    Raises:
+        ValueError: As :func:`episode_figure`, or ``path`` is not a file path in an
+            existing folder.
     """
     if not isinstance(path, (str, os.PathLike)) or not os.fspath(path):
         raise ValueError(f"path must be a file path (got {path!r})")
