@@ -47,12 +47,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
-from typing import Dict, List
+from typing import List
 
+from acegnn.study import report
+from acegnn.study.report import (PAPER_CURVES, PAPER_STEPS, SPREAD, TITLES, _key,  # noqa: F401
+                                 curves, mean_sd, paper_at, paper_steps, quantiles)
 from acegnn.utils.io import write_text
 from acegnn.utils.runs import acegnn, read_csv, train_or_resume
 
@@ -100,38 +102,12 @@ VARIANTS = {
         "qmix": (_config("grf_3_vs_1_with_keeper_qmix.yaml"), [], "QMIX-SHARED"),
     },
 }
-TITLES = {"smax": "SMAX", "grf": "GRF"}
 DEFAULT_SCENARIO = {"smax": "5m_vs_6m", "grf": "academy_3_vs_1_with_keeper"}
 #: The paper's transfer targets of a 5m_vs_6m policy.
 TRANSFER_MAPS = ("4m_vs_5m", "5m_vs_5m", "5m_vs_6m", "6m_vs_7m", "8m_vs_9m", "10m_vs_11m")
-#: The paper's budget: the x-axis of its curves (official repository, img/SMAC.png and
-#: img/GRF.png), by (env, scenario); SMAX maps take SMAC's.
-PAPER_STEPS = {"smax": 10_000_000, ("smax", "2c_vs_64zg"): 2_000_000,
-               "grf": 4_000_000, ("grf", "academy_counterattack_hard"): 10_000_000}
-
-
-#: The paper's ACE curves where this machine can reach them, as (environment steps, mean
-#: test win rate over 5 seeds), read by eye off the official repository's img/GRF.png
-#: (one point per evaluation of the figure, about every 50k steps; +-1% and +-3k steps).
-PAPER_CURVES = {
-    ("grf", "academy_3_vs_1_with_keeper"): (
-        (19_000, 0.05), (80_000, 0.16), (135_000, 0.50), (185_000, 0.45), (235_000, 0.47),
-        (276_000, 0.47), (326_000, 0.53), (373_000, 0.44), (425_000, 0.42), (475_000, 0.57)),
-}
-
-
-def paper_at(env: str, scenario: str, steps: float) -> float:
-    """The paper's curve at ``steps``, linear between its points (NaN outside them)."""
-    pts = PAPER_CURVES.get((env, scenario), ())
-    for (x0, y0), (x1, y1) in zip(pts, pts[1:]):
-        if x0 <= steps <= x1:
-            return y0 + (y1 - y0) * (steps - x0) / (x1 - x0)
-    return float("nan")
-
-
-def paper_steps(env: str, scenario: str) -> int:
-    """The paper's environment steps for a scenario (:data:`PAPER_STEPS`)."""
-    return PAPER_STEPS.get((env, scenario), PAPER_STEPS[env])
+#: env -> variant -> label, as the report names the variants
+LABELS = {env: {v: label for v, (_, _, label) in variants.items()}
+          for env, variants in VARIANTS.items()}
 
 
 def run_one(variant: str, scenario: str, seed: int, ns: argparse.Namespace) -> dict:
@@ -147,147 +123,24 @@ def run_one(variant: str, scenario: str, seed: int, ns: argparse.Namespace) -> d
     return rec
 
 
-def quantiles(values: List[float]) -> tuple:
-    """Median and the 25% and 75% percentiles (linear interpolation)."""
-    if len(values) == 1:
-        return values[0], values[0], values[0]
-    q = statistics.quantiles(values, n=4, method="inclusive")
-    return q[1], q[0], q[2]
-
-
-def _key(record: dict) -> tuple:
-    """(env, variant, scenario) of a record (records older than GRF are SMAX's)."""
-    return record.get("env", "smax"), record["variant"], record["scenario"]
-
-
 def records_of_eval_csv(paths: List[str], env: str) -> List[dict]:
-    """Records of runs from their ``eval.csv`` files, each named
-    ``<variant>_<scenario>_seed<seed>.csv`` (as committed under docs/); the wall-clock is
-    not known there (NaN)."""
-    out = []
-    for path in paths:
-        name = os.path.basename(path)[:-len(".csv")]
-        head, _, seed = name.rpartition("_seed")
-        variant = next((v for v in sorted(VARIANTS[env], key=len, reverse=True)
-                        if head.startswith(v + "_")), None)
-        if variant is None or not seed.isdigit():
-            raise ValueError(f"{path}: name it <variant>_<scenario>_seed<seed>.csv with a "
-                             f"variant of --env {env} ({', '.join(VARIANTS[env])})")
-        curve = [(r["samples"], r["win_rate"]) for r in read_csv(path) if "win_rate" in r]
-        out.append({"env": env, "variant": variant, "scenario": head[len(variant) + 1:],
-                    "seed": int(seed), "run_dir": path, "samples": curve[-1][0] if curve else 0,
-                    "wall_s": float("nan"), "env_steps_per_s": float("nan"), "curve": curve})
-    return out
+    """:func:`acegnn.study.report.records_of_eval_csv` with the variants of ``env``."""
+    return report.records_of_eval_csv(paths, env, list(VARIANTS[env]))
 
 
 def mean_at(records: List[dict], at: List[int], window: int) -> str:
-    """The test win rate over seeds at each of ``at``, by the environment's statistic
-    (:data:`SPREAD`: SMAC's median and 25-75% percentiles, GRF's mean and standard
-    deviation): per seed the mean of its evaluations within ``window`` steps either side;
-    beside it the paper's curve there."""
-    groups: Dict[tuple, List[dict]] = {}
-    for r in records:
-        groups.setdefault(_key(r), []).append(r)
-    head = " | ".join(f"{x / 1000:g}k" for x in at)
-    lines = [f"| variant | scenario | seeds | {head} |", "|---|---|---|" + "---|" * len(at)]
-    for (env, variant, scenario), runs in sorted(groups.items()):
-        cells = []
-        for x in at:
-            per_seed = [statistics.mean(v for s, v in r["curve"] if abs(s - x) <= window)
-                        for r in runs if any(abs(s - x) <= window for s, _ in r["curve"])]
-            if not per_seed:
-                cells.append("")
-                continue
-            if env == "grf":
-                sd = statistics.stdev(per_seed) if len(per_seed) > 1 else 0.0
-                cells.append(f"{statistics.mean(per_seed):.2f} +- {sd:.2f} ({len(per_seed)})")
-            else:
-                mid, low, high = quantiles(per_seed)
-                cells.append(f"{mid:.2f} ({low:.2f}-{high:.2f}; {len(per_seed)})")
-        lines.append(f"| {VARIANTS[env][variant][2]} | {scenario} | {len(runs)} | "
-                     + " | ".join(cells) + " |")
-        paper = [paper_at(env, scenario, x) for x in at]
-        if (env, scenario) in PAPER_CURVES and not any(ln.startswith(f"| paper's ACE | {scenario} |")
-                                                        for ln in lines):
-            lines.append(f"| paper's ACE | {scenario} | 5 | "
-                         + " | ".join("" if p != p else f"{p:.2f}" for p in paper) + " |")
-    return "\n".join(lines) + "\n"
-
-
-def mean_sd(values: List[float]) -> tuple:
-    """Mean, and the mean minus and plus the standard deviation (0 for one value)."""
-    m = statistics.mean(values)
-    sd = statistics.stdev(values) if len(values) > 1 else 0.0
-    return m, m - sd, m + sd
-
-
-#: How the paper reports each environment over seeds (Experiment section): SMAC by the
-#: median and the 25-75% percentiles, GRF by the mean and the variance (drawn here as the
-#: mean +- one standard deviation).
-SPREAD = {"smax": (quantiles, "median (25-75%)"), "grf": (mean_sd, "mean (+-sd)")}
-
-
-def curves(records: List[dict]) -> Dict[tuple, List[tuple]]:
-    """(env, variant, scenario) -> [(median samples, centre, low, high)] per evaluation
-    index, over the seeds that reached it (:data:`SPREAD`: the environment's statistic)."""
-    groups: Dict[tuple, List[dict]] = {}
-    for r in records:
-        groups.setdefault(_key(r), []).append(r)
-    out = {}
-    for key, runs in groups.items():
-        n = min(len(r["curve"]) for r in runs)
-        spread = SPREAD[key[0]][0]
-        out[key] = [(statistics.median(r["curve"][i][0] for r in runs),
-                     *spread([r["curve"][i][1] for r in runs])) for i in range(n)]
-    return out
+    """:func:`acegnn.study.report.mean_at` with the variants' labels."""
+    return report.mean_at(records, LABELS, at, window)
 
 
 def table(records: List[dict]) -> str:
-    lines = ["| variant | scenario | seeds | env steps | final test win rate, median (25-75%) "
-             "or mean (+-sd) | "
-             "env steps per second of training | wall-clock | projected to the paper's budget |",
-             "|---|---|---|---|---|---|---|---|"]
-    for (env, variant, scenario), pts in sorted(curves(records).items()):
-        runs = [r for r in records if _key(r) == (env, variant, scenario)]
-        rate = statistics.median(r["env_steps_per_s"] for r in runs)
-        wall = statistics.median(r["wall_s"] for r in runs)
-        final = pts[-1] if pts else (0, float("nan"), float("nan"), float("nan"))
-        clock = "| - | - | - |" if rate != rate else (  # records of eval.csv files: no clock
-            f"| {rate:,.0f} | {wall / 3600:.2f} h | {paper_steps(env, scenario) / rate / 3600:.1f} h "
-            f"({paper_steps(env, scenario) / 1e6:g}M) |")
-        spread = (f"{final[1]:.2f} ({final[2]:.2f}-{final[3]:.2f})" if env != "grf" else
-                  f"{final[1]:.2f} (+-{final[3] - final[1]:.2f})")
-        lines.append(f"| {VARIANTS[env][variant][2]} | {scenario} | {len(runs)} | {final[0]:,.0f} | "
-                     f"{spread} {clock}")
-    return "\n".join(lines) + "\n"
+    """:func:`acegnn.study.report.table` with the variants' labels."""
+    return report.table(records, LABELS)
 
 
 def plot(records: List[dict], path: str) -> None:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    data = curves(records)
-    panels = sorted({(env, s) for env, _, s in data})
-    fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 3.6), squeeze=False)
-    for ax, (env, scenario) in zip(axes[0], panels):
-        for k, (variant, (_, _, label)) in enumerate(VARIANTS[env].items()):
-            pts = data.get((env, variant, scenario))
-            if not pts:
-                continue
-            x = [p[0] for p in pts]
-            ax.plot(x, [p[1] for p in pts], color=f"C{k}", label=label)
-            ax.fill_between(x, [p[2] for p in pts], [p[3] for p in pts], color=f"C{k}", alpha=0.2)
-        paper = PAPER_CURVES.get((env, scenario))
-        if paper:
-            ax.plot(*zip(*paper), "ko--", ms=4, lw=1, label="paper's ACE (mean of 5 seeds)")
-        ax.set_title(f"{TITLES[env]} {scenario}")
-        ax.set_xlabel("environment steps")
-        ax.set_ylabel(f"test win rate, {SPREAD[env][1]}")
-        ax.set_ylim(-0.02, 1.02)
-        ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    """:func:`acegnn.study.report.plot` with the variants' labels."""
+    report.plot(records, LABELS, path)
 
 
 def transfer(run: str, maps, episodes: int, seed: int) -> str:

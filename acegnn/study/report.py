@@ -1,0 +1,230 @@
+"""Tables and learning curves of a grid of runs, by the paper's protocol: the headline
+metric of the greedy policy against environment steps, over seeds, as the median and the
+25-75% percentiles (SMAC, and every task but football) or the mean and standard
+deviation (football).
+
+A *record* is one run: ``env``, ``variant``, ``scenario``, ``seed``, ``run_dir``,
+``samples``, ``wall_s``, ``env_steps_per_s`` and ``curve``, its evaluations as
+``[(samples, value)]``. ``labels`` name the variants of each environment,
+``{env: {variant: label}}``, in the order the figure colours them.
+"""
+from __future__ import annotations
+
+import os
+import statistics
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
+
+from acegnn.utils.runs import read_csv
+
+Labels = Dict[str, Dict[str, str]]
+
+TITLES = {"smax": "SMAX", "grf": "GRF"}
+#: The paper's budget: the x-axis of its curves (official repository, img/SMAC.png and
+#: img/GRF.png), by (env, scenario); SMAX maps take SMAC's.
+PAPER_STEPS = {"smax": 10_000_000, ("smax", "2c_vs_64zg"): 2_000_000,
+               "grf": 4_000_000, ("grf", "academy_counterattack_hard"): 10_000_000}
+#: The paper's ACE curves where this machine can reach them, as (environment steps, mean
+#: test win rate over 5 seeds), read by eye off the official repository's img/GRF.png
+#: (one point per evaluation of the figure, about every 50k steps; +-1% and +-3k steps).
+PAPER_CURVES = {
+    ("grf", "academy_3_vs_1_with_keeper"): (
+        (19_000, 0.05), (80_000, 0.16), (135_000, 0.50), (185_000, 0.45), (235_000, 0.47),
+        (276_000, 0.47), (326_000, 0.53), (373_000, 0.44), (425_000, 0.42), (475_000, 0.57)),
+}
+
+
+def paper_at(env: str, scenario: str, steps: float) -> float:
+    """The paper's curve at ``steps``, linear between its points (NaN outside them)."""
+    pts = PAPER_CURVES.get((env, scenario), ())
+    for (x0, y0), (x1, y1) in zip(pts, pts[1:]):
+        if x0 <= steps <= x1:
+            return y0 + (y1 - y0) * (steps - x0) / (x1 - x0)
+    return float("nan")
+
+
+def paper_steps(env: str, scenario: str) -> Optional[int]:
+    """The paper's environment steps for a scenario (:data:`PAPER_STEPS`; None for an
+    environment the paper has no curve of)."""
+    return PAPER_STEPS.get((env, scenario), PAPER_STEPS.get(env))
+
+
+def quantiles(values: List[float]) -> tuple:
+    """Median and the 25% and 75% percentiles (linear interpolation)."""
+    if len(values) == 1:
+        return values[0], values[0], values[0]
+    q = statistics.quantiles(values, n=4, method="inclusive")
+    return q[1], q[0], q[2]
+
+
+def mean_sd(values: List[float]) -> tuple:
+    """Mean, and the mean minus and plus the standard deviation (0 for one value)."""
+    m = statistics.mean(values)
+    sd = statistics.stdev(values) if len(values) > 1 else 0.0
+    return m, m - sd, m + sd
+
+
+#: How the paper reports each environment over seeds (Experiment section): SMAC by the
+#: median and the 25-75% percentiles, GRF by the mean and the variance (drawn here as the
+#: mean +- one standard deviation).
+SPREAD = {"smax": (quantiles, "median (25-75%)"), "grf": (mean_sd, "mean (+-sd)")}
+
+
+def spread_of(env: str) -> Tuple[Callable[[List[float]], tuple], str]:
+    """The statistic over seeds of an environment and its name (:data:`SPREAD`; SMAC's
+    for every environment but football)."""
+    return SPREAD.get(env, SPREAD["smax"])
+
+
+def _key(record: dict) -> tuple:
+    """(env, variant, scenario) of a record (records older than GRF are SMAX's)."""
+    return record.get("env", "smax"), record["variant"], record["scenario"]
+
+
+def _groups(records: List[dict]) -> Dict[tuple, List[dict]]:
+    """The records by (env, variant, scenario)."""
+    groups: Dict[tuple, List[dict]] = {}
+    for r in records:
+        groups.setdefault(_key(r), []).append(r)
+    return groups
+
+
+def _cell(env: str, centre: float, low: float, high: float) -> str:
+    """A figure over seeds as the environment's statistic writes it."""
+    if spread_of(env)[0] is mean_sd:
+        return f"{centre:.2f} (+-{high - centre:.2f})"
+    return f"{centre:.2f} ({low:.2f}-{high:.2f})"
+
+
+def records_of_eval_csv(paths: List[str], env: str, variants: Sequence[str]) -> List[dict]:
+    """Records of runs from their ``eval.csv`` files, each named
+    ``<variant>_<scenario>_seed<seed>.csv`` (as committed under docs/) with a variant of
+    ``variants``; the wall-clock is not known there (NaN)."""
+    out = []
+    for path in paths:
+        name = os.path.basename(path)[:-len(".csv")]
+        head, _, seed = name.rpartition("_seed")
+        variant = next((v for v in sorted(variants, key=len, reverse=True)
+                        if head.startswith(v + "_")), None)
+        if variant is None or not seed.isdigit():
+            raise ValueError(f"{path}: name it <variant>_<scenario>_seed<seed>.csv with a "
+                             f"variant of --env {env} ({', '.join(variants)})")
+        curve = [(r["samples"], r["win_rate"]) for r in read_csv(path) if "win_rate" in r]
+        out.append({"env": env, "variant": variant, "scenario": head[len(variant) + 1:],
+                    "seed": int(seed), "run_dir": path, "samples": curve[-1][0] if curve else 0,
+                    "wall_s": float("nan"), "env_steps_per_s": float("nan"), "curve": curve})
+    return out
+
+
+def mean_at(records: List[dict], labels: Labels, at: List[int], window: int) -> str:
+    """The test win rate over seeds at each of ``at``, by the environment's statistic
+    (:data:`SPREAD`: SMAC's median and 25-75% percentiles, GRF's mean and standard
+    deviation): per seed the mean of its evaluations within ``window`` steps either side;
+    beside it the paper's curve there."""
+    head = " | ".join(f"{x / 1000:g}k" for x in at)
+    lines = [f"| variant | scenario | seeds | {head} |", "|---|---|---|" + "---|" * len(at)]
+    for (env, variant, scenario), runs in sorted(_groups(records).items()):
+        cells = []
+        for x in at:
+            per_seed = [statistics.mean(v for s, v in r["curve"] if abs(s - x) <= window)
+                        for r in runs if any(abs(s - x) <= window for s, _ in r["curve"])]
+            if not per_seed:
+                cells.append("")
+                continue
+            if spread_of(env)[0] is mean_sd:
+                sd = statistics.stdev(per_seed) if len(per_seed) > 1 else 0.0
+                cells.append(f"{statistics.mean(per_seed):.2f} +- {sd:.2f} ({len(per_seed)})")
+            else:
+                mid, low, high = quantiles(per_seed)
+                cells.append(f"{mid:.2f} ({low:.2f}-{high:.2f}; {len(per_seed)})")
+        lines.append(f"| {labels[env][variant]} | {scenario} | {len(runs)} | "
+                     + " | ".join(cells) + " |")
+        paper = [paper_at(env, scenario, x) for x in at]
+        if (env, scenario) in PAPER_CURVES and not any(ln.startswith(f"| paper's ACE | {scenario} |")
+                                                        for ln in lines):
+            lines.append(f"| paper's ACE | {scenario} | 5 | "
+                         + " | ".join("" if p != p else f"{p:.2f}" for p in paper) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def curves(records: List[dict]) -> Dict[tuple, List[tuple]]:
+    """(env, variant, scenario) -> [(median samples, centre, low, high)] per evaluation
+    index, over the seeds that reached it (:data:`SPREAD`: the environment's statistic)."""
+    out = {}
+    for key, runs in _groups(records).items():
+        n = min(len(r["curve"]) for r in runs)
+        spread = spread_of(key[0])[0]
+        out[key] = [(statistics.median(r["curve"][i][0] for r in runs),
+                     *spread([r["curve"][i][1] for r in runs])) for i in range(n)]
+    return out
+
+
+def table(records: List[dict], labels: Labels, what: str = "test win rate") -> str:
+    """Per (variant, scenario): the last evaluation every seed reached, the speed of
+    training and the wall-clock projected to the paper's budget (medians over the seeds
+    whose wall-clock is known). ``what`` names the metric of the curves."""
+    lines = [f"| variant | scenario | seeds | env steps | final {what}, median (25-75%) "
+             "or mean (+-sd) | "
+             "env steps per second of training | wall-clock | projected to the paper's budget |",
+             "|---|---|---|---|---|---|---|---|"]
+    for (env, variant, scenario), pts in sorted(curves(records).items()):
+        runs = [r for r in records if _key(r) == (env, variant, scenario)]
+        timed = [r for r in runs if r["wall_s"] == r["wall_s"]]  # not NaN: a known clock
+        rate = statistics.median(r["env_steps_per_s"] for r in timed) if timed else float("nan")
+        wall = statistics.median(r["wall_s"] for r in timed) if timed else float("nan")
+        final = pts[-1] if pts else (0, float("nan"), float("nan"), float("nan"))
+        budget = paper_steps(env, scenario)
+        projected = "-" if budget is None else f"{budget / rate / 3600:.1f} h ({budget / 1e6:g}M)"
+        clock = "| - | - | - |" if rate != rate else (  # records of eval.csv files: no clock
+            f"| {rate:,.0f} | {wall / 3600:.2f} h | {projected} |")
+        lines.append(f"| {labels[env][variant]} | {scenario} | {len(runs)} | {final[0]:,.0f} | "
+                     f"{_cell(env, *final[1:])} {clock}")
+    return "\n".join(lines) + "\n"
+
+
+def curve_table(records: List[dict], labels: Labels, what: str = "test win rate") -> str:
+    """Per (variant, scenario) and evaluation (those every seed reached): the median
+    environment steps and the metric over seeds by the environment's statistic."""
+    data = curves(records)
+    names = " or ".join(sorted({spread_of(env)[1] for env, _, _ in data}))
+    lines = [f"| variant | scenario | seeds | evaluation | env steps | {what}, {names} |",
+             "|---|---|---|---|---|---|"]
+    for (env, variant, scenario), pts in sorted(data.items()):
+        seeds = sum(_key(r) == (env, variant, scenario) for r in records)
+        for k, (steps, *figure) in enumerate(pts):
+            lines.append(f"| {labels[env][variant]} | {scenario} | {seeds} | {k + 1} | "
+                         f"{steps:,.0f} | {_cell(env, *figure)} |")
+    return "\n".join(lines) + "\n"
+
+
+def plot(records: List[dict], labels: Labels, path: str, what: str = "test win rate",
+         unit_range: bool = True) -> None:
+    """The learning curves, a panel per (env, scenario), with the environment's spread
+    over seeds shaded; ``unit_range`` fixes the y-axis to [0, 1] (a rate)."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    data = curves(records)
+    panels = sorted({(env, s) for env, _, s in data})
+    fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 3.6), squeeze=False)
+    for ax, (env, scenario) in zip(axes[0], panels):
+        for k, (variant, label) in enumerate(labels[env].items()):
+            pts = data.get((env, variant, scenario))
+            if not pts:
+                continue
+            x = [p[0] for p in pts]
+            ax.plot(x, [p[1] for p in pts], color=f"C{k}", label=label)
+            ax.fill_between(x, [p[2] for p in pts], [p[3] for p in pts], color=f"C{k}", alpha=0.2)
+        paper = PAPER_CURVES.get((env, scenario))
+        if paper:
+            ax.plot(*zip(*paper), "ko--", ms=4, lw=1, label="paper's ACE (mean of 5 seeds)")
+        ax.set_title(f"{TITLES.get(env, env)} {scenario}")
+        ax.set_xlabel("environment steps")
+        ax.set_ylabel(f"{what}, {spread_of(env)[1]}")
+        if unit_range:
+            ax.set_ylim(-0.02, 1.02)
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
