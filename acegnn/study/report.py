@@ -10,10 +10,14 @@ A *record* is one run: ``env``, ``variant``, ``scenario``, ``seed``, ``run_dir``
 """
 from __future__ import annotations
 
+import json
 import os
 import statistics
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
+from acegnn.study.spec import Study
+from acegnn.study.trial import DONE
+from acegnn.utils.io import write_text
 from acegnn.utils.runs import read_csv
 
 Labels = Dict[str, Dict[str, str]]
@@ -228,3 +232,50 @@ def plot(records: List[dict], labels: Labels, path: str, what: str = "test win r
     fig.savefig(path, dpi=120)
     plt.close(fig)
 
+
+def study_records(study: Study) -> List[dict]:
+    """Records of a study's trials that have evaluated, their curves of
+    ``study.metric``; the wall-clock from a finished trial's ``study.json`` (NaN
+    before)."""
+    out = []
+    for trial in study.trials:
+        rows = read_csv(os.path.join(trial.run_dir, "eval.csv"))
+        curve = [(r["samples"], r[study.metric]) for r in rows if study.metric in r]
+        if not curve:
+            continue
+        try:
+            with open(os.path.join(trial.run_dir, DONE)) as f:
+                done = json.load(f)
+            samples, wall = done["samples"], done["wall_s"]
+        except (OSError, ValueError, KeyError):
+            samples, wall = curve[-1][0], float("nan")
+        out.append({"env": study.env, "variant": trial.variant,
+                    "scenario": trial.scenario or "-", "seed": trial.seed,
+                    "run_dir": trial.run_dir, "samples": samples, "wall_s": wall,
+                    "env_steps_per_s": samples / max(wall, 1e-9), "curve": curve})
+    return out
+
+
+def write_report(study: Study) -> str:
+    """The study's tables (:func:`table`, :func:`curve_table`), written to
+    ``report.md`` in the study directory, and its learning curves to ``curves.png``
+    (where matplotlib is installed); the text.
+
+    Raises:
+        ValueError: when no trial has evaluated yet.
+    """
+    records = study_records(study)
+    if not records:
+        raise ValueError(f"study {study.name}: no trial in {study.dir} has evaluated "
+                         f"{study.metric} yet")
+    what = study.metric.replace("_", " ")
+    text = (f"# Study {study.name}\n\n{len(records)} of {len(study.trials)} trials have "
+            f"evaluated; {study.metric} of the greedy policy over seeds.\n\n"
+            f"{table(records, study.labels, what)}\n{curve_table(records, study.labels, what)}")
+    write_text(os.path.join(study.dir, "report.md"), text)
+    try:
+        plot(records, study.labels, os.path.join(study.dir, "curves.png"), what,
+             unit_range=study.metric.endswith("rate"))
+    except ImportError:
+        text += "\n(no curves.png: the figure needs matplotlib, pip install -e .[plot])\n"
+    return text

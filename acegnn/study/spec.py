@@ -1,0 +1,244 @@
+"""A study file: variants x scenarios x seeds of ordinary runs, read and checked once.
+
+.. code-block:: yaml
+
+    env: spiders_fly          # the report's environment: grf is reported by mean and sd
+    metric: success_rate      # the eval.csv column of the curves (default: win_rate)
+    mode: max                 # optional: is a higher metric better (max) or a lower (min)?
+    dir: runs/studies/smoke   # the study directory, relative to the current directory
+    total_samples: 2048       # train.total_samples of every trial
+    seeds: [0]
+    scenarios: [3m, 5m_vs_6m] # optional: env.scenario of each trial
+    variants:
+      ace: {config: configs/spiders_fly_5x5.yaml, overrides: [], label: ACE}
+    overrides: [train.eval_every=512]   # optional: every trial, new or resumed
+    resources: {cpus: 1, gpus: 0}       # optional: what Ray reserves for a trial
+    max_failures: 2                     # optional: retries of a trial whose worker raised
+
+A trial is the run directory ``<dir>/<variant>_<scenario>_seed<seed>``
+(``<variant>_seed<seed>`` without scenarios).
+"""
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional, Tuple
+
+import yaml
+
+#: The repository: a config path of a study file may be relative to it.
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+#: Keys of a study file, of a variant and of ``resources``.
+KEYS = ("env", "metric", "mode", "dir", "total_samples", "seeds", "scenarios", "variants",
+        "overrides", "resources", "max_failures")
+VARIANT_KEYS = ("config", "overrides", "label")
+RESOURCE_KEYS = ("cpus", "gpus")
+#: Config keys a study sets for each trial: an override may not set them.
+OWN_KEYS = ("seed", "env.scenario", "run.dir", "run.name", "train.total_samples")
+NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One method of a study: a config file and the overrides that make it."""
+
+    name: str
+    config: str
+    """The config file (absolute)."""
+    overrides: Tuple[str, ...] = ()
+    """``key=value`` of the variant's new runs (a resumed run keeps its ``config.yaml``)."""
+    label: str = ""
+    """Its name in the report (default: ``name``)."""
+
+
+@dataclass(frozen=True)
+class Trial:
+    """One run of a study."""
+
+    variant: str
+    scenario: Optional[str]
+    seed: int
+    run_dir: str
+    config: str
+    start: Tuple[str, ...]
+    """Overrides of a new run: seed, scenario, then the variant's."""
+
+    @property
+    def name(self) -> str:
+        return os.path.basename(self.run_dir)
+
+
+@dataclass(frozen=True)
+class Study:
+    """A study file, checked (see the module's docstring for the keys)."""
+
+    path: str
+    env: str
+    dir: str
+    total_samples: int
+    seeds: Tuple[int, ...]
+    variants: Dict[str, Variant]
+    scenarios: Tuple[Optional[str], ...] = (None,)
+    overrides: Tuple[str, ...] = ()
+    metric: str = "win_rate"
+    mode: str = "max"
+    cpus: float = 1.0
+    gpus: float = 0.0
+    max_failures: int = 2
+    trials: List[Trial] = field(init=False, compare=False, repr=False)
+    """Every (variant, scenario, seed), in this order."""
+
+    def __post_init__(self) -> None:
+        trials = []
+        for variant in self.variants.values():
+            for scenario in self.scenarios:
+                for seed in self.seeds:
+                    name = "_".join(p for p in (variant.name, scenario, f"seed{seed}") if p)
+                    start = (f"seed={seed}",
+                             *([f"env.scenario={scenario}"] if scenario else []),
+                             *variant.overrides)
+                    trials.append(Trial(variant.name, scenario, seed,
+                                        os.path.join(self.dir, name), variant.config, start))
+        object.__setattr__(self, "trials", trials)
+
+    @property
+    def name(self) -> str:
+        return os.path.splitext(os.path.basename(self.path))[0]
+
+    @property
+    def labels(self) -> Dict[str, Dict[str, str]]:
+        """``{env: {variant: label}}``, as :mod:`acegnn.study.report` names variants."""
+        return {self.env: {v.name: v.label or v.name for v in self.variants.values()}}
+
+    def configs(self) -> List[Tuple[str, str, List[str]]]:
+        """Each variant's config with each scenario and the study's overrides, as
+        ``(where, config file, overrides)``: what :func:`acegnn.cli.check_study` loads
+        before training, so that a wrong file or a misspelt key fails then, not hours
+        into the study."""
+        out, seen = [], set()
+        for trial in self.trials:
+            if (trial.variant, trial.scenario) not in seen:
+                seen.add((trial.variant, trial.scenario))
+                where = f"variant {trial.variant}" + (f", scenario {trial.scenario}"
+                                                      if trial.scenario else "")
+                out.append((where, trial.config, [*trial.start, *self.overrides]))
+        return out
+
+
+def _fail(path: str, key: str, want: str, got: Any) -> ValueError:
+    return ValueError(f"{path}: {key} must be {want} (got {got!r})")
+
+
+def _overrides(path: str, key: str, value: Any) -> Tuple[str, ...]:
+    if value is None:
+        return ()
+    if not isinstance(value, list) or not all(isinstance(o, str) and "=" in o for o in value):
+        raise _fail(path, key, "a list of key=value strings", value)
+    for o in value:
+        if o.split("=", 1)[0].strip() in OWN_KEYS:
+            raise ValueError(f"{path}: {key}: {o!r} sets a key the study sets for each trial "
+                             f"({', '.join(OWN_KEYS)})")
+    return tuple(value)
+
+
+def _unknown(path: str, where: str, got: dict, keys: Tuple[str, ...]) -> None:
+    bad = sorted(set(got) - set(keys))
+    if bad:
+        raise ValueError(f"{path}: unknown key {where}{bad[0]!r} (valid keys: {', '.join(keys)})")
+
+
+def _config_path(study: str, name: str, value: Any) -> str:
+    """A variant's config file: relative to the study file, else to the repository."""
+    if not isinstance(value, str) or not value:
+        raise _fail(study, f"variants.{name}.config", "a path to a config file", value)
+    for base in (os.path.dirname(os.path.abspath(study)), ROOT):
+        path = os.path.join(base, value)
+        if os.path.isfile(path):
+            return os.path.abspath(path)
+    raise ValueError(f"{study}: variants.{name}.config: no file {value!r} beside the study "
+                     f"file or in the repository")
+
+
+def _variant(path: str, name: Any, spec: Any) -> Variant:
+    if not isinstance(name, str) or not NAME.match(name):
+        raise _fail(path, "a variant's name", "letters, digits, '_', '.' or '-'", name)
+    if not isinstance(spec, dict):
+        raise _fail(path, f"variants.{name}", "a mapping with config, overrides and label", spec)
+    _unknown(path, f"variants.{name}.", spec, VARIANT_KEYS)
+    if "config" not in spec:
+        raise ValueError(f"{path}: variants.{name} needs a config")
+    label = spec.get("label", name)
+    if not isinstance(label, str):
+        raise _fail(path, f"variants.{name}.label", "a string", label)
+    return Variant(name, _config_path(path, name, spec["config"]),
+                   _overrides(path, f"variants.{name}.overrides", spec.get("overrides")), label)
+
+
+def load_study(path: str, study_dir: Optional[str] = None) -> Study:
+    """Read and check a study file (``study_dir`` replaces its ``dir``).
+
+    Raises:
+        ValueError: naming the file and the bad key or value.
+    """
+    if not os.path.isfile(path):
+        raise ValueError(f"no study file {path}")
+    with open(path) as f:
+        try:
+            raw = yaml.safe_load(f)
+        except yaml.YAMLError as e:
+            raise ValueError(f"{path}: not YAML: {e}") from None
+    if not isinstance(raw, dict):
+        raise _fail(path, "the file", "a mapping of keys", raw)
+    _unknown(path, "", raw, KEYS)
+    for key in ("env", "total_samples", "seeds", "variants"):
+        if key not in raw:
+            raise ValueError(f"{path}: {key} is missing")
+    env, metric, mode = raw["env"], raw.get("metric", "win_rate"), raw.get("mode", "max")
+    for key, value in (("env", env), ("metric", metric)):
+        if not isinstance(value, str) or not value:
+            raise _fail(path, key, "a name", value)
+    if mode not in ("max", "min"):
+        raise _fail(path, "mode", "max or min (is a higher metric better?)", mode)
+    total = raw["total_samples"]
+    if isinstance(total, bool) or not isinstance(total, int) or total <= 0:
+        raise _fail(path, "total_samples", "a positive integer", total)
+    seeds = raw["seeds"]
+    if (not isinstance(seeds, list) or not seeds or len(set(seeds)) != len(seeds)
+            or not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in seeds)):
+        raise _fail(path, "seeds", "a non-empty list of distinct integers >= 0", seeds)
+    scenarios = raw.get("scenarios")
+    if scenarios is not None and (
+            not isinstance(scenarios, list) or not scenarios or len(set(scenarios)) != len(scenarios)
+            or not all(isinstance(s, str) and NAME.match(s) for s in scenarios)):
+        raise _fail(path, "scenarios", "a non-empty list of distinct scenario names", scenarios)
+    variants = raw["variants"]
+    if not isinstance(variants, dict) or not variants:
+        raise _fail(path, "variants", "a mapping of names to {config, overrides, label}",
+                    variants)
+    resources = raw.get("resources") or {}
+    if not isinstance(resources, dict):
+        raise _fail(path, "resources", "a mapping with cpus and gpus", resources)
+    _unknown(path, "resources.", resources, RESOURCE_KEYS)
+    cpus, gpus = resources.get("cpus", 1), resources.get("gpus", 0)
+    for key, value, least in (("cpus", cpus, 0), ("gpus", gpus, -1)):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= least:
+            raise _fail(path, f"resources.{key}", "a number > 0" if least == 0 else
+                        "a number >= 0", value)
+    failures = raw.get("max_failures", 2)
+    if isinstance(failures, bool) or not isinstance(failures, int) or failures < 0:
+        raise _fail(path, "max_failures", "an integer >= 0", failures)
+    out_dir = study_dir or raw.get("dir") or os.path.join(
+        "runs", "studies", os.path.splitext(os.path.basename(path))[0])
+    if not isinstance(out_dir, str):
+        raise _fail(path, "dir", "a directory", out_dir)
+    return Study(path=path, env=env, dir=os.path.abspath(out_dir), total_samples=total,
+                 seeds=tuple(seeds),
+                 variants={n: _variant(path, n, v) for n, v in variants.items()},
+                 scenarios=tuple(scenarios) if scenarios else (None,),
+                 overrides=_overrides(path, "overrides", raw.get("overrides")),
+                 metric=metric, mode=mode, cpus=float(cpus), gpus=float(gpus),
+                 max_failures=failures)
+
+
+__all__ = ["Study", "Trial", "Variant", "load_study"]

@@ -1,0 +1,168 @@
+"""One trial of a study: an ordinary run directory trained by ``acegnn train`` in a child
+process, resumed from its checkpoint when it has one. Nothing here needs Ray.
+
+Beside the run's own files a trial keeps ``study.log`` (each session's command and its
+stderr) and, once it reached the study's budget, ``study.json`` (the run's summary and
+that budget): a study run again skips it.
+"""
+from __future__ import annotations
+
+import ctypes
+import json
+import math
+import os
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+from typing import Callable, Dict, List, Optional, Sequence
+
+from acegnn.study.spec import Study, Trial
+from acegnn.utils.io import write_text
+from acegnn.utils.runs import read_csv
+
+#: acegnn.algos.checkpoint.CHECKPOINT, named here so that a Ray worker imports no torch.
+CHECKPOINT = "checkpoint.pt"
+DONE = "study.json"
+LOG = "study.log"
+#: What a session killed before its first checkpoint leaves of a new run.
+UNFINISHED_START = ("config.yaml", "train.csv", "eval.csv", "tb")
+#: prctl(2) of the C library, on Linux.
+_PRCTL = ctypes.CDLL(None, use_errno=True).prctl if sys.platform == "linux" else None
+
+
+def finished(trial: Trial, total_samples: int) -> bool:
+    """Whether the trial has been trained to ``total_samples`` (or stopped at success
+    on its way there)."""
+    try:
+        with open(os.path.join(trial.run_dir, DONE)) as f:
+            return json.load(f)["total_samples"] >= total_samples
+    except (OSError, ValueError, KeyError):
+        return False
+
+
+def train_command(trial: Trial, total_samples: int, overrides: Sequence[str]) -> List[str]:
+    """``acegnn`` arguments that train the trial to ``total_samples``: ``--resume`` where
+    its run directory holds a checkpoint, else a new run."""
+    settings = [*overrides, f"train.total_samples={total_samples}", "train.progress=false"]
+    if os.path.exists(os.path.join(trial.run_dir, CHECKPOINT)):
+        return ["train", "--resume", trial.run_dir, *settings]
+    parent, name = os.path.split(trial.run_dir)
+    return ["train", trial.config, *trial.start, f"run.dir={parent}", f"run.name={name}",
+            *settings]
+
+
+def _die_with_parent() -> None:
+    """In the child, before it runs: be sent SIGTERM when the worker that started it dies
+    (PR_SET_PDEATHSIG), so that a killed worker leaves no training behind."""
+    _PRCTL(1, signal.SIGTERM)
+
+
+def _poll(proc: subprocess.Popen, seconds: float) -> Optional[int]:
+    try:
+        return proc.wait(timeout=seconds)
+    except subprocess.TimeoutExpired:
+        return None
+
+
+def _last_eval(path: str) -> Optional[Dict[str, float]]:
+    try:
+        rows = read_csv(path)
+    except ValueError:  # a row being written
+        return None
+    return rows[-1] if rows else None
+
+
+def _forget_stale(run_dir: str) -> None:
+    """Remove what a new session would trip over: the ``study.json`` of a smaller budget
+    and, without a checkpoint, what a start killed before its first left."""
+    stale = [DONE] + ([] if os.path.exists(os.path.join(run_dir, CHECKPOINT))
+                      else list(UNFINISHED_START))
+    for name in stale:
+        path = os.path.join(run_dir, name)
+        if os.path.isdir(path):
+            shutil.rmtree(path)
+        elif os.path.exists(path):
+            os.remove(path)
+
+
+def train_trial(trial: Trial, study: Study, on_eval: Callable[[Dict[str, float]], None],
+                poll_s: float = 2.0) -> dict:
+    """Train ``trial`` to the study's budget, calling ``on_eval`` with each new row of its
+    ``eval.csv`` while it runs; its summary (also written to ``study.json``).
+
+    The child process runs with ``resources.cpus`` threads. A run directory without a
+    checkpoint holds only what a session killed before its first checkpoint left: that
+    is removed (:data:`UNFINISHED_START`) and the run starts again.
+
+    Args:
+        trial (Trial): The trial.
+        study (Study): Its study (budget, overrides, CPUs, metric).
+        on_eval (callable): Called with each new row of ``eval.csv``, as floats.
+        poll_s (float, optional): Seconds between looks at ``eval.csv``.
+            (default: :obj:`2.0`)
+
+    Raises:
+        RuntimeError: when ``acegnn train`` fails (with the end of its stderr).
+    """
+    _forget_stale(trial.run_dir)
+    cmd = train_command(trial, study.total_samples, study.overrides)
+    os.makedirs(trial.run_dir, exist_ok=True)
+    threads = str(max(1, int(study.cpus)))
+    env = dict(os.environ, OMP_NUM_THREADS=threads, MKL_NUM_THREADS=threads)
+    log_path = os.path.join(trial.run_dir, LOG)
+    with open(log_path, "a") as log, tempfile.TemporaryFile("w+") as out:
+        log.write(f"$ acegnn {' '.join(cmd)}\n")
+        log.flush()
+        proc = subprocess.Popen([sys.executable, "-m", "acegnn.cli", *cmd], stdout=out,
+                                stderr=log, env=env,
+                                preexec_fn=_die_with_parent if _PRCTL else None)
+        reported = None
+        try:
+            code = None
+            while code is None:
+                code = _poll(proc, poll_s)
+                row = _last_eval(os.path.join(trial.run_dir, "eval.csv"))
+                if row is not None and row["samples"] != reported:
+                    reported = row["samples"]
+                    on_eval(row)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        out.seek(0)
+        lines = out.read().strip().splitlines()
+    if code != 0 or not lines:
+        with open(log_path) as f:
+            tail = f.read()[-2000:]
+        raise RuntimeError(f"{trial.name}: acegnn train exited with {code}:\n{tail}")
+    summary = {"total_samples": study.total_samples, **json.loads(lines[-1])}
+    write_text(os.path.join(trial.run_dir, DONE), json.dumps(summary, indent=1))
+    return summary
+
+
+def headline(trial: Trial, metric: str) -> float:
+    """The trial's last evaluation of ``metric`` (NaN before its first)."""
+    row = _last_eval(os.path.join(trial.run_dir, "eval.csv")) or {}
+    return row.get(metric, float("nan"))
+
+
+def progress_line(study: Study, states: Dict[str, str], latest: Dict[str, float]) -> str:
+    """One line on a running study: its trials done, running, failed and pending, and the
+    best and median of their latest headline metric."""
+    counts = {s: sum(v == s for v in states.values())
+              for s in ("done", "running", "failed", "pending")}
+    line = f"study {study.name}: " + ", ".join(f"{n} {s}" for s, n in counts.items()
+                                               if n or s != "failed")
+    values = [v for v in latest.values() if not math.isnan(v)]
+    if values:
+        best = max(values) if study.mode == "max" else min(values)
+        line += (f"; {study.metric} best {best:.3g}, median {statistics.median(values):.3g} "
+                 f"({len(values)} of {len(states)} trials evaluated)")
+    return line
+
+
+__all__ = ["CHECKPOINT", "DONE", "LOG", "finished", "headline", "progress_line",
+           "train_command", "train_trial"]
