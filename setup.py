@@ -25,6 +25,8 @@ extras_require = {
     # Google Research Football: what its tasks import beside the engine; the engine itself
     # (gfootball, built from source) comes from `bash scripts/install_grf.sh`.
     "grf": ["psutil", "six"],
+    # Studies on Ray Tune (`acegnn study`): a local Ray, or a cluster's.
+    "ray": ["ray[tune]==2.60.0"],
 }
 
 setup(

@@ -1,7 +1,8 @@
-"""Command line: ``acegnn train | eval | viz | config | oracle``."""
+"""Command line: ``acegnn train | eval | viz | config | oracle | study``."""
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import sys
@@ -100,6 +101,46 @@ def cmd_config(args: argparse.Namespace) -> int:
     return 0
 
 
+def check_study(study, backend: bool = True) -> None:
+    """Load every config of a study (:meth:`acegnn.study.Study.configs`).
+
+    Raises:
+        ValueError: naming the study file, the variant and scenario, and the config's
+            error.
+    """
+    from acegnn.config import load_config
+
+    for where, config, overrides in study.configs():
+        try:
+            load_config(config, overrides, backend=backend)
+        except ValueError as e:
+            raise ValueError(f"{study.path}: {where}: {e}") from None
+
+
+def cmd_study(args: argparse.Namespace) -> int:
+    from acegnn.study import finished, load_study, write_report
+
+    study = load_study(args.study, args.dir)
+    todo = [t for t in study.trials if not finished(t, study.total_samples)]
+    if not args.report:
+        print(f"study {study.name}: {len(study.trials)} trials in {study.dir}, "
+              f"{len(study.trials) - len(todo)} finished, {len(todo)} to train", flush=True)
+    if todo and not args.report:
+        check_study(study)
+        if importlib.util.find_spec("ray") is None:
+            raise ValueError("acegnn study trains on Ray Tune: pip install -e .[ray]")
+        from acegnn.study.runner import run_study
+
+        left = run_study(study, args.address, args.cpus, args.progress_every)
+        if left:
+            print(f"acegnn: {len(left)} trials did not finish: {', '.join(t.name for t in left)} "
+                  f"(each one's study.log says why); the same command resumes them",
+                  file=sys.stderr)
+            return 1
+    print(write_report(study), end="")
+    return 0
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     p = argparse.ArgumentParser(prog="acegnn", description=__doc__)
     sub = p.add_subparsers(dest="command", required=True)
@@ -137,6 +178,18 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     o.add_argument("--grid", type=int, default=5)
     o.add_argument("--horizon", type=int, default=10)
     o.set_defaults(fn=cmd_oracle)
+    s = sub.add_parser("study", help="train a study's runs on Ray Tune (a rerun resumes "
+                                     "it), then write and print its tables and curves")
+    s.add_argument("study", help="YAML study file, e.g. configs/studies/smoke.yaml")
+    s.add_argument("--address", help="Ray cluster to run on (default: a local Ray, "
+                                     "started and stopped by the command)")
+    s.add_argument("--dir", help="study directory (default: the file's dir)")
+    s.add_argument("--report", action="store_true",
+                   help="train nothing: write and print the tables and curves")
+    s.add_argument("--cpus", type=int, help="CPUs of the local Ray (default: all)")
+    s.add_argument("--progress-every", type=float, default=30.0, metavar="SECONDS",
+                   help="seconds between progress lines (default: 30)")
+    s.set_defaults(fn=cmd_study)
     args = p.parse_args(argv)
     if args.command == "train" and args.config and "=" in args.config:
         args.overrides.insert(0, args.config)  # `acegnn train --resume R key=value`

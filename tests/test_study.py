@@ -1,0 +1,270 @@
+"""Studies: the study file's checks, the report against hand computations, and the smoke
+study on a local Ray (trained, skipped when finished, a failed trial resumed)."""
+import glob
+import json
+import os
+import pathlib
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from acegnn.algos.checkpoint import CHECKPOINT
+from acegnn.cli import check_study, main
+from acegnn.study import finished, load_study, study_records, write_report
+from acegnn.study.trial import DONE, LOG, progress_line, train_command
+
+ROOT = os.path.join(os.path.dirname(__file__), "..")
+SMOKE = os.path.join(ROOT, "configs", "studies", "smoke.yaml")
+TINY = """\
+env: spiders_fly
+metric: success_rate
+total_samples: 2048
+seeds: [0]
+variants:
+  ace: {config: configs/spiders_fly_5x5.yaml}
+"""
+
+
+def write(tmp_path, text, name="s.yaml"):
+    path = tmp_path / name
+    path.write_text(text)
+    return str(path)
+
+
+@pytest.mark.parametrize("text, error", [
+    (TINY + "seed: 3\n", "unknown key 'seed' (valid keys: env, metric,"),
+    (TINY.replace("seeds: [0]\n", ""), "seeds is missing"),
+    (TINY.replace("seeds: [0]", "seeds: [0, 0]"), "seeds must be a non-empty list of distinct"),
+    (TINY.replace("seeds: [0]", "seeds: 3"), "(got 3)"),
+    (TINY.replace("2048", "0"), "total_samples must be a positive integer (got 0)"),
+    (TINY.replace("{config: configs/spiders_fly_5x5.yaml}", "{label: ACE}"),
+     "variants.ace needs a config"),
+    (TINY.replace("spiders_fly_5x5.yaml}", "nope.yaml}"),
+     "variants.ace.config: no file 'configs/nope.yaml'"),
+    (TINY.replace("yaml}", "yaml, overides: [a=1]}"), "unknown key variants.ace.'overides'"),
+    (TINY.replace("yaml}", "yaml, overrides: [seed=3]}"),
+     "variants.ace.overrides: 'seed=3' sets a key the study sets"),
+    (TINY + "overrides: [model.hidden]\n", "overrides must be a list of key=value strings"),
+    (TINY + "resources: {cpus: 0}\n", "resources.cpus must be a number > 0 (got 0)"),
+    (TINY + "resources: {cpu: 1}\n", "unknown key resources.'cpu'"),
+    (TINY + "scenarios: 3m\n", "scenarios must be a non-empty list"),
+    (TINY + "mode: best\n", "mode must be max or min"),
+    ("- a\n", "the file must be a mapping of keys"),
+])
+def test_study_file_errors_name_the_key_and_value(tmp_path, text, error):
+    with pytest.raises(ValueError, match="s.yaml: ") as e:
+        load_study(write(tmp_path, text))
+    assert error in str(e.value)
+
+
+def test_a_wrong_config_key_fails_before_training(tmp_path, capsys):
+    path = write(tmp_path, TINY + "scenarios: [3m]\n")  # spiders_fly has no env.scenario
+    with pytest.raises(ValueError, match="variant ace, scenario 3m: .*scenario"):
+        check_study(load_study(path))
+    assert main(["study", path, "--dir", str(tmp_path / "study")]) == 2
+    assert "s.yaml: variant ace, scenario 3m: " in capsys.readouterr().err
+    assert not (tmp_path / "study").exists()
+    assert main(["study", path, "--report", "--dir", str(tmp_path / "study")]) == 2
+    assert "no trial in" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("path", sorted(glob.glob(os.path.join(ROOT, "configs", "studies",
+                                                               "*.yaml"))),
+                         ids=os.path.basename)
+def test_every_example_study_loads_with_its_configs(path):
+    study = load_study(path)
+    check_study(study, backend=False)
+    names = [t.name for t in study.trials]
+    assert len(names) == len(set(names)) == (len(study.variants) * len(study.scenarios)
+                                             * len(study.seeds))
+    if os.path.basename(path) == "smoke.yaml":
+        assert names == ["ace_seed0", "ace_wo_ia_seed0"] and study.total_samples == 2048
+
+
+def test_trials_are_run_directories_with_their_commands(tmp_path):
+    study = load_study(write(tmp_path, TINY.replace("spiders_fly\n", "smax\n")
+                             .replace("spiders_fly_5x5.yaml", "smax_5m_vs_6m.yaml")
+                             + "scenarios: [3m, 5m_vs_6m]\noverrides: [train.eval_every=99]\n"),
+                       str(tmp_path / "study"))
+    trial = study.trials[1]
+    assert trial.run_dir == str(tmp_path / "study" / "ace_5m_vs_6m_seed0")
+    new = train_command(trial, 500, study.overrides)
+    assert new[:2] == ["train", os.path.abspath(os.path.join(ROOT, "configs",
+                                                             "smax_5m_vs_6m.yaml"))]
+    assert new[2:] == ["seed=0", "env.scenario=5m_vs_6m", f"run.dir={tmp_path / 'study'}",
+                       "run.name=ace_5m_vs_6m_seed0", "train.eval_every=99",
+                       "train.total_samples=500", "train.progress=false"]
+    os.makedirs(trial.run_dir)
+    open(os.path.join(trial.run_dir, CHECKPOINT), "w").close()
+    assert train_command(trial, 500, study.overrides) == [
+        "train", "--resume", trial.run_dir, "train.eval_every=99", "train.total_samples=500",
+        "train.progress=false"]
+    assert not finished(trial, 500)
+    with open(os.path.join(trial.run_dir, DONE), "w") as f:
+        json.dump({"total_samples": 500}, f)
+    assert finished(trial, 500) and not finished(trial, 501)
+
+
+def test_progress_line_counts_trials_and_the_headline():
+    study = load_study(SMOKE)
+    line = progress_line(study, {"a": "done", "b": "running", "c": "pending", "d": "done"},
+                         {"a": 0.5, "b": 0.25, "c": float("nan"), "d": 1.0})
+    assert line == ("study smoke: 2 done, 1 running, 1 pending; success_rate best 1, "
+                    "median 0.5 (3 of 4 trials evaluated)")
+
+
+def fake_trial(study, variant, seed, curve, wall=None):
+    """A trial's eval.csv (and study.json when ``wall``) written by hand."""
+    (trial,) = [t for t in study.trials if (t.variant, t.seed) == (variant, seed)]
+    os.makedirs(trial.run_dir)
+    with open(os.path.join(trial.run_dir, "eval.csv"), "w") as f:
+        f.write("samples,win_rate,mean_return\n"
+                + "".join(f"{s},{w},0\n" for s, w in curve))
+    if wall is not None:
+        with open(os.path.join(trial.run_dir, DONE), "w") as f:
+            json.dump({"total_samples": 3000, "samples": curve[-1][0], "wall_s": wall}, f)
+
+
+def test_report_median_and_percentiles_over_seeds(tmp_path, capsys):
+    study = load_study(write(tmp_path, """\
+env: smax
+total_samples: 3000
+seeds: [0, 1, 2]
+scenarios: [3m]
+variants:
+  ace: {config: configs/smax_5m_vs_6m.yaml, label: ACE}
+  qmix: {config: configs/smax_5m_vs_6m_qmix.yaml, label: QMIX-SHARED}
+"""), str(tmp_path / "study"))
+    fake_trial(study, "ace", 0, [(1000, 0.1), (2000, 0.3), (3000, 0.3)], wall=300.0)
+    fake_trial(study, "ace", 1, [(1100, 0.3), (2100, 0.9), (3100, 0.1)], wall=50.0)
+    fake_trial(study, "ace", 2, [(1200, 0.9), (2200, 0.5)])  # running: 2 evaluations
+    fake_trial(study, "qmix", 0, [(1000, 0.2)])
+    assert len(study_records(study)) == 4
+    text = write_report(study)
+    # evaluation 1: 0.1, 0.3, 0.9 -> median 0.3, percentiles (linear) 0.2 and 0.6; samples
+    # 1000, 1100, 1200 -> 1,100; evaluation 2: 0.3, 0.9, 0.5 -> 0.5 (0.4-0.7); the third
+    # is cut (seed 2 has not reached it)
+    assert "| ACE | 3m | 3 | 1 | 1,100 | 0.30 (0.20-0.60) |" in text
+    assert "| ACE | 3m | 3 | 2 | 2,100 | 0.50 (0.40-0.70) |" in text
+    assert "| ACE | 3m | 3 | 3 |" not in text
+    assert "| QMIX-SHARED | 3m | 1 | 1 | 1,000 | 0.20 (0.20-0.20) |" in text
+    # speed over the seeds with a wall-clock: 3000 / 300 = 10 and 3100 / 50 = 62 -> 36;
+    # wall-clock 300 and 50 s -> 175 s = 0.05 h; 10M steps at 36 a second: 77.2 h
+    assert "| ACE | 3m | 3 | 2,100 | 0.50 (0.40-0.70) | 36 | 0.05 h | 77.2 h (10M) |" in text
+    assert (tmp_path / "study" / "report.md").read_text() == text
+    assert (tmp_path / "study" / "curves.png").stat().st_size > 1000
+    assert main(["study", study.path, "--report", "--dir", study.dir]) == 0
+    assert capsys.readouterr().out == text
+
+
+def test_football_is_reported_by_mean_and_sd(tmp_path):
+    study = load_study(write(tmp_path, """\
+env: grf
+total_samples: 1000
+seeds: [0, 1]
+variants:
+  ace: {config: configs/grf_3_vs_1_with_keeper.yaml}
+"""), str(tmp_path / "study"))
+    fake_trial(study, "ace", 0, [(1000, 0.2)])
+    fake_trial(study, "ace", 1, [(1000, 0.6)])
+    # mean 0.4, sd sqrt(0.08) = 0.283
+    assert "| ace | - | 2 | 1 | 1,000 | 0.40 (+-0.28) |" in write_report(study)
+
+
+# On a local Ray -------------------------------------------------------------------------
+def study_cli(*args, timeout=300):
+    """``acegnn study`` in a child process with one thread; (returncode, stdout, stderr)."""
+    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    out = subprocess.run([sys.executable, "-m", "acegnn.cli", "study", *args, "--cpus", "2",
+                          "--progress-every", "5"], cwd=ROOT, env=env, capture_output=True,
+                         text=True, timeout=timeout)
+    return out.returncode, out.stdout, out.stderr
+
+
+def sessions(run_dir):
+    with open(os.path.join(run_dir, LOG)) as f:
+        return [line for line in f if line.startswith("$ acegnn train")]
+
+
+@pytest.fixture(scope="module")
+def smoke(tmp_path_factory):
+    """configs/studies/smoke.yaml trained on a local Ray: (study, stdout)."""
+    pytest.importorskip("ray")
+    path = tmp_path_factory.mktemp("smoke")
+    code, out, err = study_cli(SMOKE, "--dir", str(path))
+    assert code == 0, err[-3000:]
+    return load_study(SMOKE, str(path)), out
+
+
+def test_smoke_study_trains_ordinary_runs_and_skips_them_when_finished(smoke):
+    from acegnn.run import evaluate_checkpoint
+
+    study, out = smoke
+    assert "study smoke: 2 trials in" in out and "0 finished, 2 to train" in out
+    assert "study smoke: 2 done, 0 running, 0 pending; success_rate best" in out
+    for trial in study.trials:
+        for name in ("config.yaml", "train.csv", "eval.csv", CHECKPOINT, DONE, LOG):
+            assert os.path.exists(os.path.join(trial.run_dir, name)), (trial.name, name)
+        assert finished(trial, 2048) and len(sessions(trial.run_dir)) == 1
+        assert evaluate_checkpoint(trial.run_dir, episodes=2)["samples"] == 2048
+    assert "| ACE-w/o-IA | - | 1 | 4 | 2,048 |" in out  # the report, printed and written
+    assert os.path.exists(os.path.join(study.dir, "report.md"))
+    assert os.path.exists(os.path.join(study.dir, "curves.png"))
+    mtimes = [os.path.getmtime(os.path.join(t.run_dir, CHECKPOINT)) for t in study.trials]
+    code, out, err = study_cli(SMOKE, "--dir", study.dir)  # nothing left: no Ray
+    assert code == 0 and "2 finished, 0 to train" in out and "Ray" not in err
+    assert mtimes == [os.path.getmtime(os.path.join(t.run_dir, CHECKPOINT))
+                      for t in study.trials]
+
+
+def test_a_failed_trial_resumes_from_its_checkpoint_and_ends_as_if_uninterrupted(
+        smoke, tmp_path):
+    """The smoke study's ``ace`` whose first session raises after 1024 samples (its
+    checkpoint at 1024): Tune starts it again, it resumes, and it ends as the smoke
+    study's uninterrupted run."""
+    from test_train_cli import assert_same_run
+
+    text = open(SMOKE).read().replace(
+        "  ace_wo_ia:\n    config: configs/spiders_fly_5x5.yaml\n    overrides: [model.passive=false]"
+        "\n    label: ACE-w/o-IA\n", "").replace(
+        "    label: ACE\n", "    label: ACE\n    overrides: [train.halt_after=1024]\n")
+    assert "halt_after" in text and "ace_wo_ia" not in text
+    code, out, err = study_cli(write(tmp_path, text), "--dir", str(tmp_path / "study"))
+    assert code == 0, err[-3000:]
+    assert "trial ace_seed0 failed; it resumes from its last checkpoint" in out
+    flaky = tmp_path / "study" / "ace_seed0"
+    first, second = sessions(flaky)
+    assert "--resume" not in first and f"--resume {flaky} " in second
+    assert "halted after 1024 samples" in (flaky / LOG).read_text()
+    assert_same_run(pathlib.Path(smoke[0].trials[0].run_dir), flaky)
+
+
+@pytest.mark.slow  # a study stopped with Ctrl-C, then run again (about a minute)
+def test_a_stopped_study_resumes_its_running_trials(tmp_path):
+    pytest.importorskip("ray")
+    text = open(SMOKE).read().replace("total_samples: 2048 ", "total_samples: 8192 ")
+    path = write(tmp_path, text, "smoke.yaml")
+    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    proc = subprocess.Popen([sys.executable, "-m", "acegnn.cli", "study", path, "--dir",
+                             str(tmp_path / "study"), "--cpus", "2"], cwd=ROOT, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    log = tmp_path / "study" / "ace_seed0" / "train.csv"
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline and (not log.exists()
+                                           or len(log.read_text().splitlines()) < 8):
+        time.sleep(0.5)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 1 and "the same command resumes them" in err
+    study = load_study(path, str(tmp_path / "study"))
+    assert not any(finished(t, 8192) for t in study.trials)
+    code, out, err = study_cli(path, "--dir", str(tmp_path / "study"))
+    assert code == 0, err[-3000:]
+    assert "--resume" in sessions(study.trials[0].run_dir)[1]  # the trial watched above
+    for trial in study.trials:
+        with open(os.path.join(trial.run_dir, "train.csv")) as f:
+            samples = [int(line.split(",")[0]) for line in f.readlines()[1:]]
+        assert samples == [256 * k for k in range(1, 33)]
