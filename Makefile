@@ -2,7 +2,7 @@ PY ?= python3
 .PHONY: install train test test-all bench
 
 install:
-	bash scripts/install.sh dev,viz,smax,sc2,grf,ray  # football engine built from source; chromium, ffmpeg where apt-get exists
+	bash scripts/install.sh  # extras dev,viz,smax,sc2,grf,ray (football engine built from source); chromium, ffmpeg where apt-get exists
 
 # Main job: ACE-DQN on the built-in 5x5 Spiders-and-Fly task, until the greedy policy
 # catches the fly within 10 steps in every test episode.

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Install acegnn and what its tests need, on a fresh machine or an existing one.
 #   bash scripts/install.sh [EXTRAS]      e.g.  bash scripts/install.sh smax
-# EXTRAS defaults to dev,viz,smax,sc2,grf (what the test suite needs). With grf among them,
+# EXTRAS defaults to dev,viz,smax,sc2,grf,ray (what the test suite needs). With grf among them,
 # scripts/install_grf.sh then builds Google Research Football's engine (Debian packages,
 # then gfootball from source; skipped where gfootball is installed already; about 9-20
 # minutes on 2 cores). Where apt-get exists (Debian,
@@ -13,7 +13,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
-EXTRAS=${1:-dev,viz,smax,sc2,grf}
+EXTRAS=${1:-dev,viz,smax,sc2,grf,ray}
 TORCH_CPU_VERSION=${TORCH_CPU_VERSION:-2.13.0}
 if ! "$PY" -c "import torch" >/dev/null 2>&1; then
   if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
