@@ -140,8 +140,7 @@ def _flat_rows(names, units: _UnitLayout, type_idx: Tensor, local: Tensor, graph
 
 
 def _check_action_kinds(schema: GraphSchema, store) -> None:
-    """Each action's kind exists, its actor is of an agent type, and it has a target
-    exactly when its kind is targeted."""
+    """Each action's kind exists and its actor is of an agent type."""
     kind, device = store.kind, store.kind.device
     bad = (kind < 0) | (kind >= schema.num_kinds)
     if bool(bad.any()):
@@ -153,16 +152,22 @@ def _check_action_kinds(schema: GraphSchema, store) -> None:
     if bool(bad.any()):
         raise ValueError(f"an actor must be a unit of an agent type {list(schema.agent_types)} "
                          f"(got type index {int(store.actor_type[bad][0])})")
-    targeted = torch.zeros(schema.num_kinds, dtype=torch.bool, device=device)
+
+
+def _check_action_targets(schema: GraphSchema, store) -> None:
+    """Each action has a target exactly when its kind is targeted."""
+    kind = store.kind
+    targeted = torch.zeros(schema.num_kinds, dtype=torch.bool, device=kind.device)
     targeted[list(schema.targeted_kinds)] = True
     need, has_target = targeted[kind], store.target >= 0
-    for wrong, says in ((need & ~has_target, "is targeted but has no target"),
-                        (~need & has_target, "is not targeted but has a target")):
-        if bool(wrong.any()):
-            i = int(wrong.nonzero()[0])
-            extra = f" ({int(store.target[i])})" if says.endswith("a target") else ""
-            raise ValueError(f"action {i} of kind '{schema.action_kinds[int(kind[i])].name}' "
-                             f"{says}{extra}")
+    name = lambda i: schema.action_kinds[int(kind[i])].name  # noqa: E731
+    if bool((need & ~has_target).any()):
+        i = int((need & ~has_target).nonzero()[0])
+        raise ValueError(f"action {i} of kind '{name(i)}' is targeted but has no target")
+    if bool((~need & has_target).any()):
+        i = int((~need & has_target).nonzero()[0])
+        raise ValueError(f"action {i} of kind '{name(i)}' is not targeted but has a target "
+                         f"({int(store.target[i])})")
 
 
 def compute_unit_index(schema: GraphSchema, batch: Batch, check: bool = True,
@@ -186,6 +191,8 @@ def compute_unit_index(schema: GraphSchema, batch: Batch, check: bool = True,
         _check_action_kinds(schema, store)
     graph = store.batch if store.kind.numel() > 0 else torch.zeros(0, dtype=torch.long, device=device)
     actor = _flat_rows(names, units, store.actor_type, store.actor, graph, "actor", check)
+    if check:
+        _check_action_targets(schema, store)
     has_target = store.target >= 0
     target = _flat_rows(names, units, torch.where(has_target, store.target_type, 0),
                         torch.where(has_target, store.target, 0), graph, "target", check)
