@@ -53,8 +53,7 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from typing import List
 
 from acegnn.study import report
-from acegnn.study.report import (PAPER_CURVES, PAPER_STEPS, SPREAD, TITLES, _key,  # noqa: F401
-                                 curves, mean_sd, paper_at, paper_steps, quantiles)
+from acegnn.study.report import record_key
 from acegnn.utils.io import write_text
 from acegnn.utils.runs import acegnn, read_csv, train_or_resume
 
@@ -215,8 +214,8 @@ def main(argv=None) -> None:
                 except RuntimeError as e:  # the others go on; their records are kept
                     failed.append(f"{futures[f]}: {e}")
         if ns.json:
-            write_text(ns.json, json.dumps(sorted(records, key=lambda r: (*_key(r),
-                                                                          r["seed"])), indent=1))
+            ordered = sorted(records, key=lambda r: (*record_key(r), r["seed"]))
+            write_text(ns.json, json.dumps(ordered, indent=1))
     text = table(records)
     if ns.at:
         text += "\n" + mean_at(records, ns.at, ns.window)

@@ -79,7 +79,7 @@ def spread_of(env: str) -> Tuple[Callable[[List[float]], tuple], str]:
     return SPREAD.get(env, SPREAD["smax"])
 
 
-def _key(record: dict) -> tuple:
+def record_key(record: dict) -> tuple:
     """(env, variant, scenario) of a record (records older than GRF are SMAX's)."""
     return record.get("env", "smax"), record["variant"], record["scenario"]
 
@@ -88,7 +88,7 @@ def _groups(records: List[dict]) -> Dict[tuple, List[dict]]:
     """The records by (env, variant, scenario)."""
     groups: Dict[tuple, List[dict]] = {}
     for r in records:
-        groups.setdefault(_key(r), []).append(r)
+        groups.setdefault(record_key(r), []).append(r)
     return groups
 
 
@@ -152,7 +152,8 @@ def mean_at(records: List[dict], labels: Labels, at: List[int], window: int) -> 
 
 def curves(records: List[dict]) -> Dict[tuple, List[tuple]]:
     """(env, variant, scenario) -> [(median samples, centre, low, high)] per evaluation
-    index, over the seeds that reached it (:data:`SPREAD`: the environment's statistic)."""
+    index, over all the group's seeds (:data:`SPREAD`: the environment's statistic). The
+    curve ends at the last evaluation every seed reached."""
     out = {}
     for key, runs in _groups(records).items():
         n = min(len(r["curve"]) for r in runs)
@@ -171,7 +172,7 @@ def table(records: List[dict], labels: Labels, what: str = "test win rate") -> s
              "env steps per second of training | wall-clock | projected to the paper's budget |",
              "|---|---|---|---|---|---|---|---|"]
     for (env, variant, scenario), pts in sorted(curves(records).items()):
-        runs = [r for r in records if _key(r) == (env, variant, scenario)]
+        runs = [r for r in records if record_key(r) == (env, variant, scenario)]
         timed = [r for r in runs if r["wall_s"] == r["wall_s"]]  # not NaN: a known clock
         rate = statistics.median(r["env_steps_per_s"] for r in timed) if timed else float("nan")
         wall = statistics.median(r["wall_s"] for r in timed) if timed else float("nan")
@@ -193,7 +194,7 @@ def curve_table(records: List[dict], labels: Labels, what: str = "test win rate"
     lines = [f"| variant | scenario | seeds | evaluation | env steps | {what}, {names} |",
              "|---|---|---|---|---|---|"]
     for (env, variant, scenario), pts in sorted(data.items()):
-        seeds = sum(_key(r) == (env, variant, scenario) for r in records)
+        seeds = sum(record_key(r) == (env, variant, scenario) for r in records)
         for k, (steps, *figure) in enumerate(pts):
             lines.append(f"| {labels[env][variant]} | {scenario} | {seeds} | {k + 1} | "
                          f"{steps:,.0f} | {_cell(env, *figure)} |")
