@@ -50,7 +50,12 @@ def write(tmp_path, text, name="s.yaml"):
     (TINY + "overrides: [model.hidden]\n", "overrides must be a list of key=value strings"),
     (TINY + "resources: {cpus: 0}\n", "resources.cpus must be a number > 0 (got 0)"),
     (TINY + "resources: {cpu: 1}\n", "unknown key resources.'cpu'"),
+    (TINY + "resources: {gpus: -0.5}\n", "resources.gpus must be a number >= 0 (got -0.5)"),
+    (TINY.replace("seeds: [0]", "seeds: [[0]]"),
+     "seeds must be a non-empty list of distinct integers >= 0 (got [[0]])"),
     (TINY + "scenarios: 3m\n", "scenarios must be a non-empty list"),
+    (TINY + "scenarios: [[3m]]\n", "scenarios must be a non-empty list of distinct scenario "
+                                    "names (got [['3m']])"),
     (TINY + "mode: best\n", "mode must be max or min"),
     ("- a\n", "the file must be a mapping of keys"),
 ])
@@ -58,6 +63,18 @@ def test_study_file_errors_name_the_key_and_value(tmp_path, text, error):
     with pytest.raises(ValueError, match="s.yaml: ") as e:
         load_study(write(tmp_path, text))
     assert error in str(e.value)
+
+
+def test_two_trials_may_not_share_a_run_directory(tmp_path):
+    text = TINY.replace("  ace: {config: configs/spiders_fly_5x5.yaml}\n",
+                        "  a: {config: configs/spiders_fly_5x5.yaml}\n"
+                        "  a_b: {config: configs/spiders_fly_5x5.yaml}\n")
+    with pytest.raises(ValueError) as e:
+        load_study(write(tmp_path, text + "scenarios: [b_c, c]\n"))
+    assert str(e.value) == (f"{tmp_path / 's.yaml'}: two trials share the run directory "
+                            "a_b_c_seed0: (variant a, scenario b_c, seed 0) and (variant a_b, "
+                            "scenario c, seed 0); rename a variant or a scenario")
+    assert len(load_study(write(tmp_path, text + "scenarios: [b, c]\n")).trials) == 4
 
 
 def test_a_wrong_config_key_fails_before_training(tmp_path, capsys):

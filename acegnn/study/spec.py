@@ -86,6 +86,9 @@ class Study:
     cpus: float = 1.0
     gpus: float = 0.0
     max_failures: int = 2
+    cwd: str = "."
+    """Where a trial's ``acegnn train`` runs (:func:`load_study`: the directory it was
+    called from), so that relative paths in overrides resolve as on its command line."""
     trials: List[Trial] = field(init=False, compare=False, repr=False)
     """Every (variant, scenario, seed), in this order."""
 
@@ -176,7 +179,9 @@ def _variant(path: str, name: Any, spec: Any) -> Variant:
 
 
 def load_study(path: str, study_dir: Optional[str] = None) -> Study:
-    """Read and check a study file (``study_dir`` replaces its ``dir``).
+    """Read and check a study file (``study_dir`` replaces its ``dir``). Its ``dir``
+    and the trials' working directory (:attr:`Study.cwd`) are taken from the current
+    directory.
 
     Raises:
         ValueError: naming the file and the bad key or value.
@@ -204,13 +209,15 @@ def load_study(path: str, study_dir: Optional[str] = None) -> Study:
     if isinstance(total, bool) or not isinstance(total, int) or total <= 0:
         raise _fail(path, "total_samples", "a positive integer", total)
     seeds = raw["seeds"]
-    if (not isinstance(seeds, list) or not seeds or len(set(seeds)) != len(seeds)
-            or not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in seeds)):
+    if (not isinstance(seeds, list) or not seeds
+            or not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in seeds)
+            or len(set(seeds)) != len(seeds)):
         raise _fail(path, "seeds", "a non-empty list of distinct integers >= 0", seeds)
     scenarios = raw.get("scenarios")
     if scenarios is not None and (
-            not isinstance(scenarios, list) or not scenarios or len(set(scenarios)) != len(scenarios)
-            or not all(isinstance(s, str) and NAME.match(s) for s in scenarios)):
+            not isinstance(scenarios, list) or not scenarios
+            or not all(isinstance(s, str) and NAME.match(s) for s in scenarios)
+            or len(set(scenarios)) != len(scenarios)):
         raise _fail(path, "scenarios", "a non-empty list of distinct scenario names", scenarios)
     variants = raw["variants"]
     if not isinstance(variants, dict) or not variants:
@@ -221,10 +228,10 @@ def load_study(path: str, study_dir: Optional[str] = None) -> Study:
         raise _fail(path, "resources", "a mapping with cpus and gpus", resources)
     _unknown(path, "resources.", resources, RESOURCE_KEYS)
     cpus, gpus = resources.get("cpus", 1), resources.get("gpus", 0)
-    for key, value, least in (("cpus", cpus, 0), ("gpus", gpus, -1)):
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= least:
-            raise _fail(path, f"resources.{key}", "a number > 0" if least == 0 else
-                        "a number >= 0", value)
+    for key, value, want in (("cpus", cpus, "a number > 0"), ("gpus", gpus, "a number >= 0")):
+        if (isinstance(value, bool) or not isinstance(value, (int, float))
+                or value < 0 or (key == "cpus" and value == 0)):
+            raise _fail(path, f"resources.{key}", want, value)
     failures = raw.get("max_failures", 2)
     if isinstance(failures, bool) or not isinstance(failures, int) or failures < 0:
         raise _fail(path, "max_failures", "an integer >= 0", failures)
@@ -232,13 +239,32 @@ def load_study(path: str, study_dir: Optional[str] = None) -> Study:
         "runs", "studies", os.path.splitext(os.path.basename(path))[0])
     if not isinstance(out_dir, str):
         raise _fail(path, "dir", "a directory", out_dir)
-    return Study(path=path, env=env, dir=os.path.abspath(out_dir), total_samples=total,
-                 seeds=tuple(seeds),
-                 variants={n: _variant(path, n, v) for n, v in variants.items()},
-                 scenarios=tuple(scenarios) if scenarios else (None,),
-                 overrides=_overrides(path, "overrides", raw.get("overrides")),
-                 metric=metric, mode=mode, cpus=float(cpus), gpus=float(gpus),
-                 max_failures=failures)
+    study = Study(path=path, env=env, dir=os.path.abspath(out_dir), total_samples=total,
+                  seeds=tuple(seeds),
+                  variants={n: _variant(path, n, v) for n, v in variants.items()},
+                  scenarios=tuple(scenarios) if scenarios else (None,),
+                  overrides=_overrides(path, "overrides", raw.get("overrides")),
+                  metric=metric, mode=mode, cpus=float(cpus), gpus=float(gpus),
+                  max_failures=failures, cwd=os.getcwd())
+    _distinct_run_dirs(study)
+    return study
+
+
+def _distinct_run_dirs(study: Study) -> None:
+    """Two trials may not share a run directory: variants ``a`` and ``a_b`` with the
+    scenarios ``b_c`` and ``c`` both name ``a_b_c_seed0``."""
+    seen: Dict[str, Trial] = {}
+    for trial in study.trials:
+        other = seen.setdefault(trial.run_dir, trial)
+        if other is not trial:
+            raise ValueError(
+                f"{study.path}: two trials share the run directory {trial.name}: "
+                f"{_describe(other)} and {_describe(trial)}; rename a variant or a scenario")
+
+
+def _describe(trial: Trial) -> str:
+    scenario = f", scenario {trial.scenario}" if trial.scenario else ""
+    return f"(variant {trial.variant}{scenario}, seed {trial.seed})"
 
 
 __all__ = ["Study", "Trial", "Variant", "load_study"]
