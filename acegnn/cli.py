@@ -102,19 +102,23 @@ def cmd_config(args: argparse.Namespace) -> int:
 
 
 def check_study(study, backend: bool = True) -> None:
-    """Load every config of a study (:meth:`acegnn.study.Study.configs`).
+    """Load every config of a study (:meth:`acegnn.study.Study.configs`) and check that
+    it trains the study's ``env``.
 
     Raises:
         ValueError: naming the study file, the variant and scenario, and the config's
-            error.
+            error or its ``env.name``.
     """
     from acegnn.config import load_config
 
     for where, config, overrides in study.configs():
         try:
-            load_config(config, overrides, backend=backend)
+            cfg = load_config(config, overrides, backend=backend)
         except ValueError as e:
             raise ValueError(f"{study.path}: {where}: {e}") from None
+        if cfg.env.name != study.env:
+            raise ValueError(f"{study.path}: {where}: {config} trains env.name "
+                             f"{cfg.env.name}, and the study's env is {study.env}")
 
 
 def cmd_study(args: argparse.Namespace) -> int:
@@ -134,8 +138,8 @@ def cmd_study(args: argparse.Namespace) -> int:
         left = run_study(study, args.address, args.cpus, args.progress_every)
         if left:
             print(f"acegnn: {len(left)} trials did not finish: {', '.join(t.name for t in left)} "
-                  f"(each one's study.log says why); the same command resumes them",
-                  file=sys.stderr)
+                  f"(the study.log of each and the errors printed above say why); the same "
+                  f"command resumes them", file=sys.stderr)
             return 1
     print(write_report(study), end="")
     return 0
@@ -183,7 +187,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     s.add_argument("study", help="YAML study file, e.g. configs/studies/smoke.yaml")
     s.add_argument("--address", help="Ray cluster to run on (default: a local Ray, "
                                      "started and stopped by the command)")
-    s.add_argument("--dir", help="study directory (default: the file's dir)")
+    s.add_argument("--dir", help="study directory (default: the study file's dir key, else "
+                                 "runs/studies/<its name>; relative to the current directory)")
     s.add_argument("--report", action="store_true",
                    help="train nothing: write and print the tables and curves")
     s.add_argument("--cpus", type=int, help="CPUs of the local Ray (default: all)")

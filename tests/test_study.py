@@ -13,8 +13,10 @@ import pytest
 
 from acegnn.algos.checkpoint import CHECKPOINT
 from acegnn.cli import check_study, main
-from acegnn.study import finished, load_study, study_records, write_report
-from acegnn.study.trial import DONE, LOG, progress_line, train_command
+from acegnn.study import finished, load_study, study_records, train_trial, write_report
+from acegnn.study import trial as trial_module
+from acegnn.study.trial import DONE, LOG, progress_line, reached, train_command
+from acegnn.utils import runs
 
 ROOT = os.path.join(os.path.dirname(__file__), "..")
 SMOKE = os.path.join(ROOT, "configs", "studies", "smoke.yaml")
@@ -77,6 +79,13 @@ def test_two_trials_may_not_share_a_run_directory(tmp_path):
     assert len(load_study(write(tmp_path, text + "scenarios: [b, c]\n")).trials) == 4
 
 
+def test_a_variant_of_another_environment_fails_before_training(tmp_path):
+    path = write(tmp_path, TINY.replace("env: spiders_fly", "env: smax"))
+    with pytest.raises(ValueError, match=r"s.yaml: variant ace: .*spiders_fly_5x5.yaml trains "
+                                         r"env.name spiders_fly, and the study's env is smax"):
+        check_study(load_study(path), backend=False)
+
+
 def test_a_wrong_config_key_fails_before_training(tmp_path, capsys):
     path = write(tmp_path, TINY + "scenarios: [3m]\n")  # spiders_fly has no env.scenario
     with pytest.raises(ValueError, match="variant ace, scenario 3m: .*scenario"):
@@ -111,18 +120,98 @@ def test_trials_are_run_directories_with_their_commands(tmp_path):
     new = train_command(trial, 500, study.overrides)
     assert new[:2] == ["train", os.path.abspath(os.path.join(ROOT, "configs",
                                                              "smax_5m_vs_6m.yaml"))]
-    assert new[2:] == ["seed=0", "env.scenario=5m_vs_6m", f"run.dir={tmp_path / 'study'}",
-                       "run.name=ace_5m_vs_6m_seed0", "train.eval_every=99",
+    assert new[2:] == ["seed=0", "env.scenario=5m_vs_6m", "train.eval_every=99",
+                       f"run.dir={tmp_path / 'study'}", "run.name=ace_5m_vs_6m_seed0",
                        "train.total_samples=500", "train.progress=false"]
+    assert new == runs.train_args(trial.config, trial.run_dir, 500, study.overrides,
+                                  trial.start)  # scripts/study.py's command
     os.makedirs(trial.run_dir)
     open(os.path.join(trial.run_dir, CHECKPOINT), "w").close()
     assert train_command(trial, 500, study.overrides) == [
-        "train", "--resume", trial.run_dir, "train.eval_every=99", "train.total_samples=500",
-        "train.progress=false"]
+        "train", "--resume", trial.run_dir, "train.total_samples=500", "train.progress=false",
+        "train.eval_every=99"]
     assert not finished(trial, 500)
     with open(os.path.join(trial.run_dir, DONE), "w") as f:
-        json.dump({"total_samples": 500}, f)
+        json.dump({"total_samples": 500, "samples": 512}, f)
     assert finished(trial, 500) and not finished(trial, 501)
+
+
+def test_the_checkpoint_is_named_once_for_code_without_torch():
+    assert runs.CHECKPOINT == CHECKPOINT
+
+
+def test_only_a_run_that_reached_its_budget_or_success_is_finished(tmp_path):
+    assert reached({"samples": 2048, "samples_to_success": None}, 2048, False)
+    assert reached({"samples": 512, "samples_to_success": 512}, 2048, True)
+    # stopped by train.max_minutes, with or without a success on the way
+    assert not reached({"samples": 512, "samples_to_success": None}, 2048, True)
+    assert not reached({"samples": 512, "samples_to_success": 256}, 2048, False)
+    study = load_study(write(tmp_path, TINY), str(tmp_path / "study"))
+    (trial,) = study.trials
+    os.makedirs(trial.run_dir)
+    for done, expected in (({"samples": 2048}, True), ({"samples": 1024}, False),
+                           ({"samples": 1024, "samples_to_success": 1024}, True),
+                           ({"samples": 1024, "samples_to_success": 1024,
+                             "stop_on_success": False}, False)):
+        with open(os.path.join(trial.run_dir, DONE), "w") as f:
+            json.dump({"total_samples": 2048, **done}, f)
+        assert finished(trial, 2048) is expected, done
+
+
+REAL_POPEN = subprocess.Popen
+
+
+def fake_child(summary, seen):
+    """A ``subprocess.Popen`` for :func:`train_trial` whose child prints ``summary`` and
+    exits 0 at once; ``seen`` gets Popen's keyword arguments."""
+    def popen(cmd, **kwargs):
+        seen.update(kwargs, cmd=cmd)
+        return REAL_POPEN([sys.executable, "-c", f"print({json.dumps(json.dumps(summary))})"],
+                    **kwargs)
+    return popen
+
+
+def test_a_trial_stopped_short_of_its_budget_is_not_finished(tmp_path, monkeypatch):
+    """A session that ends with fewer samples than the budget (train.max_minutes) writes
+    no study.json; the next run resumes it. The child runs in the study's cwd."""
+    study = load_study(write(tmp_path, TINY), str(tmp_path / "study"))
+    (trial,) = study.trials
+    seen = {}
+    monkeypatch.setattr(trial_module.subprocess, "Popen",
+                        fake_child({"samples": 512, "samples_to_success": None}, seen))
+    summary = train_trial(trial, study, lambda row: None, poll_s=0.05)
+    assert summary["samples"] == 512 and seen["cwd"] == study.cwd == os.getcwd()
+    assert not finished(trial, 2048) and not os.path.exists(os.path.join(trial.run_dir, DONE))
+    assert "stopped at 512 of 2048 samples" in open(os.path.join(trial.run_dir, LOG)).read()
+    monkeypatch.setattr(trial_module.subprocess, "Popen",
+                        fake_child({"samples": 2048, "samples_to_success": None}, seen))
+    train_trial(trial, study, lambda row: None, poll_s=0.05)
+    assert finished(trial, 2048)
+
+
+def test_a_trial_stopped_by_max_minutes_is_not_finished(tmp_path):
+    """The real trainer, stopped by train.max_minutes after its first round."""
+    study = load_study(write(tmp_path, TINY + "overrides: [model.hidden=8, "
+                             "train.samples_per_collect=256, train.learning_starts=256, "
+                             "train.updates_per_collect=1, train.batch_size=8, "
+                             "train.eval_every=256, train.eval_episodes=2, "
+                             "train.stop_on_success=false, train.max_minutes=0.00001]\n"),
+                       str(tmp_path / "study"))
+    (trial,) = study.trials
+    summary = train_trial(trial, study, lambda row: None, poll_s=0.05)
+    assert summary["samples"] == 256 and summary["stop_on_success"] is False
+    assert not finished(trial, 2048) and os.path.exists(os.path.join(trial.run_dir, CHECKPOINT))
+    assert train_command(trial, 2048, study.overrides)[1] == "--resume"
+
+
+def test_a_row_being_written_is_not_reported(tmp_path):
+    path = tmp_path / "eval.csv"
+    path.write_text("samples,win_rate\n256,0.5\n512,0.2")  # 512,0.25 half written
+    assert trial_module._last_eval(str(path)) == {"samples": 256.0, "win_rate": 0.5}
+    path.write_text("samples,win_rate\n256,0.5\n512,0.25\n")
+    assert trial_module._last_eval(str(path)) == {"samples": 512.0, "win_rate": 0.25}
+    path.write_text("samples,win")
+    assert trial_module._last_eval(str(path)) is None
 
 
 def test_progress_line_counts_trials_and_the_headline():
@@ -192,6 +281,52 @@ variants:
 
 
 # On a local Ray -------------------------------------------------------------------------
+class FailedTrial:
+    """What :class:`acegnn.study.runner.Progress` reads of a Tune trial that failed."""
+
+    config = {"trial": "ace_seed0"}
+    error_file = "/study/.ray/tune/ace_seed0/error.txt"
+
+    def get_error(self):
+        return ("Traceback (most recent call last):\n  ...\nRuntimeError: ace_seed0: acegnn "
+                "train exited with 1:\n$ acegnn train ...\nacegnn: error: no such map\n")
+
+
+def test_a_failed_trial_prints_its_error(tmp_path):
+    pytest.importorskip("ray")
+    import io
+
+    from acegnn.study.runner import Progress
+
+    out = io.StringIO()
+    progress = Progress(load_study(write(tmp_path, TINY), str(tmp_path / "study")), 30.0, out)
+    progress.on_trial_error(0, [], FailedTrial())
+    lines = out.getvalue().splitlines()
+    assert lines[0] == "trial ace_seed0 failed for good:"
+    assert lines[-4:] == ["  $ acegnn train ...", "  acegnn: error: no such map",
+                          "  (the whole error: /study/.ray/tune/ace_seed0/error.txt)",
+                          "study s: 0 done, 0 running, 1 failed, 0 pending"]
+    out.truncate(0)
+    progress.on_trial_recover(0, [], FailedTrial())
+    assert "acegnn: error: no such map\n  (the whole error: " in out.getvalue()
+
+
+def test_a_trial_larger_than_the_cluster_fails_at_once(tmp_path):
+    pytest.importorskip("ray")
+    from acegnn.study.runner import check_resources, run_study
+
+    study = load_study(write(tmp_path, TINY + "resources: {cpus: 2, gpus: 1}\n"),
+                       str(tmp_path / "study"))
+    message = (r"s.yaml: a trial needs resources \{cpus: 2, gpus: 1\}, and the Ray cluster "
+               r"has \{cpus: 4, gpus: 0\} in all")
+    with pytest.raises(ValueError, match=message):
+        check_resources(study, {"CPU": 4.0, "memory": 1e9})
+    check_resources(study, {"CPU": 2.0, "GPU": 1.0})
+    with pytest.raises(ValueError, match=r"needs resources \{cpus: 2, gpus: 1\}, and the Ray "
+                                         r"cluster has \{cpus: 1, gpus: 0\}"):
+        run_study(study, num_cpus=1)
+
+
 def study_cli(*args, timeout=300):
     """``acegnn study`` in a child process with one thread; (returncode, stdout, stderr)."""
     env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")

@@ -2,8 +2,8 @@
 process, resumed from its checkpoint when it has one. Nothing here needs Ray.
 
 Beside the run's own files a trial keeps ``study.log`` (each session's command and its
-stderr) and, once it reached the study's budget, ``study.json`` (the run's summary and
-that budget): a study run again skips it.
+stderr) and, once it reached the study's budget or stopped at success, ``study.json``
+(the run's summary and that budget): a study run again skips it.
 """
 from __future__ import annotations
 
@@ -19,12 +19,12 @@ import sys
 import tempfile
 from typing import Callable, Dict, List, Optional, Sequence
 
+import yaml
+
 from acegnn.study.spec import Study, Trial
 from acegnn.utils.io import write_text
-from acegnn.utils.runs import read_csv
+from acegnn.utils.runs import CHECKPOINT, read_csv, train_args
 
-#: acegnn.algos.checkpoint.CHECKPOINT, named here so that a Ray worker imports no torch.
-CHECKPOINT = "checkpoint.pt"
 DONE = "study.json"
 LOG = "study.log"
 #: What a session killed before its first checkpoint leaves of a new run.
@@ -33,25 +33,41 @@ UNFINISHED_START = ("config.yaml", "train.csv", "eval.csv", "tb")
 _PRCTL = ctypes.CDLL(None, use_errno=True).prctl if sys.platform == "linux" else None
 
 
+def reached(summary: dict, total_samples: int, stop_on_success: bool) -> bool:
+    """Whether a run's summary ends its training: ``total_samples`` reached, or a success
+    that stops it (``train.stop_on_success``). A session stopped by ``train.max_minutes``
+    reached neither."""
+    return summary["samples"] >= total_samples or (
+        stop_on_success and summary.get("samples_to_success") is not None)
+
+
 def finished(trial: Trial, total_samples: int) -> bool:
     """Whether the trial has been trained to ``total_samples`` (or stopped at success
-    on its way there)."""
+    on its way there): its ``study.json``."""
     try:
         with open(os.path.join(trial.run_dir, DONE)) as f:
-            return json.load(f)["total_samples"] >= total_samples
-    except (OSError, ValueError, KeyError):
+            done = json.load(f)
+        return done["total_samples"] >= total_samples and reached(
+            done, done["total_samples"], done.get("stop_on_success", True))
+    except (OSError, ValueError, KeyError, TypeError):
         return False
 
 
 def train_command(trial: Trial, total_samples: int, overrides: Sequence[str]) -> List[str]:
     """``acegnn`` arguments that train the trial to ``total_samples``: ``--resume`` where
-    its run directory holds a checkpoint, else a new run."""
-    settings = [*overrides, f"train.total_samples={total_samples}", "train.progress=false"]
-    if os.path.exists(os.path.join(trial.run_dir, CHECKPOINT)):
-        return ["train", "--resume", trial.run_dir, *settings]
-    parent, name = os.path.split(trial.run_dir)
-    return ["train", trial.config, *trial.start, f"run.dir={parent}", f"run.name={name}",
-            *settings]
+    its run directory holds a checkpoint, else a new run
+    (:func:`acegnn.utils.runs.train_args`)."""
+    return train_args(trial.config, trial.run_dir, total_samples, overrides, trial.start)
+
+
+def _stop_on_success(run_dir: str) -> bool:
+    """``train.stop_on_success`` of the run's ``config.yaml`` (the trainer's default
+    without it)."""
+    try:
+        with open(os.path.join(run_dir, "config.yaml")) as f:
+            return bool(yaml.safe_load(f)["train"].get("stop_on_success", True))
+    except (OSError, yaml.YAMLError, KeyError, TypeError, AttributeError):
+        return True
 
 
 def _die_with_parent() -> None:
@@ -68,9 +84,10 @@ def _poll(proc: subprocess.Popen, seconds: float) -> Optional[int]:
 
 
 def _last_eval(path: str) -> Optional[Dict[str, float]]:
+    """The last row of ``eval.csv`` written whole (a row being written is left out)."""
     try:
-        rows = read_csv(path)
-    except ValueError:  # a row being written
+        rows = read_csv(path, complete=True)
+    except ValueError:  # a file being replaced
         return None
     return rows[-1] if rows else None
 
@@ -90,17 +107,23 @@ def _forget_stale(run_dir: str) -> None:
 
 def train_trial(trial: Trial, study: Study, on_eval: Callable[[Dict[str, float]], None],
                 poll_s: float = 2.0) -> dict:
-    """Train ``trial`` to the study's budget, calling ``on_eval`` with each new row of its
-    ``eval.csv`` while it runs; its summary (also written to ``study.json``).
+    """Train ``trial`` to the study's budget; its summary. Every ``poll_s`` seconds
+    while it runs, ``on_eval`` is called with the last row of its ``eval.csv`` if that
+    row is new (rows written between two looks are not passed).
 
-    The child process runs with ``resources.cpus`` threads. A run directory without a
-    checkpoint holds only what a session killed before its first checkpoint left: that
-    is removed (:data:`UNFINISHED_START`) and the run starts again.
+    The child process runs with ``resources.cpus`` threads, in :attr:`Study.cwd` (the
+    directory ``acegnn study`` was called from). A run directory without a checkpoint
+    holds only what a session killed before its first checkpoint left: that is removed
+    (:data:`UNFINISHED_START`) and the run starts again. The summary is written to
+    ``study.json`` only when the run reached the budget or stopped at success
+    (:func:`reached`). A session that stopped short (``train.max_minutes``) ends the
+    trial unfinished, without raising: Tune does not retry it, and the study's next
+    run resumes it.
 
     Args:
         trial (Trial): The trial.
-        study (Study): Its study (budget, overrides, CPUs, metric).
-        on_eval (callable): Called with each new row of ``eval.csv``, as floats.
+        study (Study): Its study (budget, overrides, CPUs, working directory).
+        on_eval (callable): Called with a row of ``eval.csv``, as floats.
         poll_s (float, optional): Seconds between looks at ``eval.csv``.
             (default: :obj:`2.0`)
 
@@ -117,7 +140,7 @@ def train_trial(trial: Trial, study: Study, on_eval: Callable[[Dict[str, float]]
         log.write(f"$ acegnn {' '.join(cmd)}\n")
         log.flush()
         proc = subprocess.Popen([sys.executable, "-m", "acegnn.cli", *cmd], stdout=out,
-                                stderr=log, env=env,
+                                stderr=log, env=env, cwd=study.cwd,
                                 preexec_fn=_die_with_parent if _PRCTL else None)
         reported = None
         try:
@@ -138,8 +161,16 @@ def train_trial(trial: Trial, study: Study, on_eval: Callable[[Dict[str, float]]
         with open(log_path) as f:
             tail = f.read()[-2000:]
         raise RuntimeError(f"{trial.name}: acegnn train exited with {code}:\n{tail}")
-    summary = {"total_samples": study.total_samples, **json.loads(lines[-1])}
-    write_text(os.path.join(trial.run_dir, DONE), json.dumps(summary, indent=1))
+    stop_on_success = _stop_on_success(trial.run_dir)
+    summary = {"total_samples": study.total_samples, "stop_on_success": stop_on_success,
+               **json.loads(lines[-1])}
+    if reached(summary, study.total_samples, stop_on_success):
+        write_text(os.path.join(trial.run_dir, DONE), json.dumps(summary, indent=1))
+    else:
+        with open(log_path, "a") as log:
+            log.write(f"study: stopped at {summary['samples']} of {study.total_samples} "
+                      f"samples (train.max_minutes?): not finished; the study's next run "
+                      f"resumes it\n")
     return summary
 
 
@@ -150,12 +181,13 @@ def headline(trial: Trial, metric: str) -> float:
 
 
 def progress_line(study: Study, states: Dict[str, str], latest: Dict[str, float]) -> str:
-    """One line on a running study: its trials done, running, failed and pending, and the
-    best and median of their latest headline metric."""
+    """One line on a running study: its trials done, running, stopped short of the budget
+    (unfinished, :func:`train_trial`), failed and pending, and the best and median of
+    their latest headline metric."""
     counts = {s: sum(v == s for v in states.values())
-              for s in ("done", "running", "failed", "pending")}
+              for s in ("done", "running", "stopped", "failed", "pending")}
     line = f"study {study.name}: " + ", ".join(f"{n} {s}" for s, n in counts.items()
-                                               if n or s != "failed")
+                                               if n or s not in ("stopped", "failed"))
     values = [v for v in latest.values() if not math.isnan(v)]
     if values:
         best = max(values) if study.mode == "max" else min(values)
@@ -164,5 +196,5 @@ def progress_line(study: Study, states: Dict[str, str], latest: Dict[str, float]
     return line
 
 
-__all__ = ["CHECKPOINT", "DONE", "LOG", "finished", "headline", "progress_line",
+__all__ = ["DONE", "LOG", "finished", "headline", "progress_line", "reached",
            "train_command", "train_trial"]
