@@ -136,10 +136,6 @@ def test_trials_are_run_directories_with_their_commands(tmp_path):
     assert finished(trial, 500) and not finished(trial, 501)
 
 
-def test_the_checkpoint_is_named_once_for_code_without_torch():
-    assert runs.CHECKPOINT == CHECKPOINT
-
-
 def test_only_a_run_that_reached_its_budget_or_success_is_finished(tmp_path):
     assert reached({"samples": 2048, "samples_to_success": None}, 2048, False)
     assert reached({"samples": 512, "samples_to_success": 512}, 2048, True)

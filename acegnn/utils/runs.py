@@ -13,8 +13,8 @@ import subprocess
 import sys
 from typing import Dict, List, Sequence
 
-#: A run's checkpoint in its directory (:data:`acegnn.algos.checkpoint.CHECKPOINT`, named
-#: here too so that code that starts runs imports no torch).
+#: A run's checkpoint in its directory (written by :mod:`acegnn.algos.checkpoint`; named
+#: here so that code that starts runs imports no torch).
 CHECKPOINT = "checkpoint.pt"
 #: One thread per run: several runs share the machine's cores.
 ONE_THREAD = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
