@@ -160,14 +160,15 @@ def _check_action_targets(schema: GraphSchema, store) -> None:
     targeted = torch.zeros(schema.num_kinds, dtype=torch.bool, device=kind.device)
     targeted[list(schema.targeted_kinds)] = True
     need, has_target = targeted[kind], store.target >= 0
-    name = lambda i: schema.action_kinds[int(kind[i])].name  # noqa: E731
-    if bool((need & ~has_target).any()):
-        i = int((need & ~has_target).nonzero()[0])
-        raise ValueError(f"action {i} of kind '{name(i)}' is targeted but has no target")
-    if bool((~need & has_target).any()):
-        i = int((~need & has_target).nonzero()[0])
-        raise ValueError(f"action {i} of kind '{name(i)}' is not targeted but has a target "
-                         f"({int(store.target[i])})")
+    missing, extra = need & ~has_target, ~need & has_target
+    if bool(missing.any()):
+        i = int(missing.nonzero()[0])
+        raise ValueError(f"action {i} of kind '{schema.action_kinds[int(kind[i])].name}' is "
+                         f"targeted but has no target")
+    if bool(extra.any()):
+        i = int(extra.nonzero()[0])
+        raise ValueError(f"action {i} of kind '{schema.action_kinds[int(kind[i])].name}' is "
+                         f"not targeted but has a target ({int(store.target[i])})")
 
 
 def compute_unit_index(schema: GraphSchema, batch: Batch, check: bool = True,
