@@ -12,28 +12,9 @@ wall-clock and the wall-clock projected to the paper's budget (the x-axis of its
 10M environment steps on SMAC, 2M on 2c_vs_64zg; 4M on academy_3_vs_1_with_keeper and 10M
 on academy_counterattack_hard).
 
-Variants of `--env smax` (the paper's SMAC hyper-parameters, configs/smax_5m_vs_6m*.yaml):
-  ace           ACE-DQN
-  ace_official  ACE with the official code's SMAC recipe (configs/smax_5m_vs_6m_official.yaml)
-  ace_nstep3    ACE with the official code's 3-step returns alone (algo.nstep=3; Eq. 1's
-                targets inside a step undiscounted: algo.intermediate_discount=false)
-  ace_theta05   ACE with a faster target network (algo.target_theta=0.05; paper 0.008)
-  ace_wo_ia     ACE-w/o-IA: passive action embeddings off (model.passive=false)
-  ace_sorted    Sorted Order: agents by unit type, then position (algo.order=sorted)
-  ace_shuffled  Shuffle Order: a random order per sample (algo.order=random)
-  qmix          QMIX-SHARED with the same protocol
-  ace_ppo       ACE-PPO with the paper's ACE-PPO table (configs/smax_5m_vs_6m_ppo.yaml)
-  ace_ctde      ACE-CTDE: ACE-DQN plus the distilled individual values; eval.csv also
-                holds the decentralised policy's dec_* figures
-Variants of `--env grf` (the paper's GRF hyper-parameters, configs/grf_3_vs_1_with_keeper*.yaml):
-  ace, qmix     as above
-  ace_official  ACE with the official code's recipe (configs/grf_3_vs_1_with_keeper_official.yaml)
-  ace_official_cds    the same with CDS's reward (env.reward=cds: -1 for every end without a goal)
-  ace_official_probe  the same as the football issue's probe ran it: CDS's reward, the time
-                      limit truncated, no sticky-action features
-  ace_official_probe_wide  and the probe's passive encoder, 2432 wide inside
-                      (model.passive_width=2432: hidden 128 x 19 kinds)
-  ace_official_wide   the official recipe with that 2432-wide passive encoder alone
+Runs on Ray Tune as `acegnn study` does (a local Ray with `--jobs` CPUs, one trial per
+CPU); each run is a trial of a study built from the arguments. The variants are the named
+ones of configs/studies/variants.yaml, each with its config, overrides and label.
 
     python scripts/study.py --variants ace qmix --scenarios 5m_vs_6m 3s_vs_5z --seeds 0 1 2 \\
         --total-samples 100000 --markdown curves.md --plot curves.png
@@ -49,77 +30,42 @@ import json
 import os
 import sys
 import time
-from concurrent.futures import ThreadPoolExecutor, as_completed
 from typing import List
 
+from acegnn.cli import check_study
 from acegnn.study import report
 from acegnn.study.report import record_key
+from acegnn.study.spec import Study, catalogue, check_run_dirs
 from acegnn.utils.io import write_text
-from acegnn.utils.runs import acegnn, read_csv, train_or_resume
+from acegnn.utils.runs import acegnn
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def _config(name: str) -> str:
-    return os.path.join(ROOT, "configs", name)
-
-
-#: The football issue's probe: the official recipe with CDS's reward, the time limit
-#: truncated and no sticky-action features.
-PROBE = ["env.reward=cds", "env.time_limit_terminal=false", "env.sticky_features=false"]
-#: env -> variant -> (config, overrides, label)
-VARIANTS = {
-    "smax": {
-        "ace": (_config("smax_5m_vs_6m.yaml"), [], "ACE"),
-        "ace_official": (_config("smax_5m_vs_6m_official.yaml"), [], "ACE, official recipe"),
-        "ace_nstep3": (_config("smax_5m_vs_6m.yaml"),
-                       ["algo.nstep=3", "algo.intermediate_discount=false"],
-                       "ACE, 3-step returns (the official n)"),
-        "ace_theta05": (_config("smax_5m_vs_6m.yaml"), ["algo.target_theta=0.05"],
-                        "ACE, target theta 0.05"),
-        "ace_wo_ia": (_config("smax_5m_vs_6m.yaml"), ["model.passive=false"], "ACE-w/o-IA"),
-        "ace_sorted": (_config("smax_5m_vs_6m.yaml"), ["algo.order=sorted"], "ACE, sorted order"),
-        "ace_shuffled": (_config("smax_5m_vs_6m.yaml"), ["algo.order=random"], "ACE, shuffled order"),
-        "qmix": (_config("smax_5m_vs_6m_qmix.yaml"), [], "QMIX-SHARED"),
-        "ace_ppo": (_config("smax_5m_vs_6m_ppo.yaml"), [], "ACE-PPO"),
-        "ace_ctde": (_config("smax_5m_vs_6m_ctde.yaml"), [], "ACE-CTDE (centralised)"),
-    },
-    "grf": {
-        "ace": (_config("grf_3_vs_1_with_keeper.yaml"), [], "ACE"),
-        "ace_official": (_config("grf_3_vs_1_with_keeper_official.yaml"), [],
-                         "ACE, official recipe"),
-        "ace_official_cds": (_config("grf_3_vs_1_with_keeper_official.yaml"), ["env.reward=cds"],
-                             "ACE, official recipe, CDS's reward"),
-        "ace_official_probe": (_config("grf_3_vs_1_with_keeper_official.yaml"), PROBE,
-                               "ACE, official recipe as the issue's probe"),
-        "ace_official_probe_wide": (_config("grf_3_vs_1_with_keeper_official.yaml"),
-                                    [*PROBE, "model.passive_width=2432"],
-                                    "ACE, the issue's probe with its 2432-wide passive encoder"),
-        "ace_official_wide": (_config("grf_3_vs_1_with_keeper_official.yaml"),
-                              ["model.passive_width=2432"],
-                              "ACE, official recipe, 2432-wide passive encoder"),
-        "qmix": (_config("grf_3_vs_1_with_keeper_qmix.yaml"), [], "QMIX-SHARED"),
-    },
-}
+#: env -> variant name -> Variant (config, overrides, label)
+VARIANTS = {env: catalogue(env) for env in ("smax", "grf")}
 DEFAULT_SCENARIO = {"smax": "5m_vs_6m", "grf": "academy_3_vs_1_with_keeper"}
 #: The paper's transfer targets of a 5m_vs_6m policy.
 TRANSFER_MAPS = ("4m_vs_5m", "5m_vs_5m", "5m_vs_6m", "6m_vs_7m", "8m_vs_9m", "10m_vs_11m")
 #: env -> variant -> label, as the report names the variants
-LABELS = {env: {v: label for v, (_, _, label) in variants.items()}
-          for env, variants in VARIANTS.items()}
+LABELS = {env: {v.name: v.label for v in variants.values()} for env, variants in VARIANTS.items()}
 
 
-def run_one(variant: str, scenario: str, seed: int, ns: argparse.Namespace) -> dict:
-    config, switches, _ = VARIANTS[ns.env][variant]
-    run_dir = os.path.join(ns.run_dir, f"{variant}_{scenario}_seed{seed}")
-    summary = train_or_resume(config, run_dir, ns.total_samples, ns.overrides,
-                              start=[f"seed={seed}", f"env.scenario={scenario}", *switches])
-    rec = {"env": ns.env, "variant": variant, "scenario": scenario, "seed": seed, "run_dir": run_dir,
-           "samples": summary["samples"], "wall_s": summary["wall_s"],
-           "env_steps_per_s": summary["samples"] / max(summary["wall_s"], 1e-9),
-           "curve": [(r["samples"], r["win_rate"]) for r in read_csv(os.path.join(run_dir, "eval.csv"))]}
-    print(json.dumps({k: v for k, v in rec.items() if k != "curve"}), flush=True)
-    return rec
+def study_of(ns: argparse.Namespace) -> Study:
+    """The study of the arguments: their variants x scenarios x seeds, one CPU a trial."""
+    study = Study(path="scripts/study.py", env=ns.env, dir=os.path.abspath(ns.run_dir),
+                  total_samples=ns.total_samples, seeds=tuple(ns.seeds),
+                  variants={v: VARIANTS[ns.env][v] for v in ns.variants},
+                  scenarios=tuple(ns.scenarios), overrides=tuple(ns.overrides),
+                  cwd=os.getcwd())
+    check_run_dirs(study)
+    return study
+
+
+def train(study: Study, jobs: int) -> List[str]:
+    """Train the study's unfinished trials, ``jobs`` at once; the trials left unfinished."""
+    from acegnn.study.runner import run_study
+
+    check_study(study)
+    return [t.name for t in run_study(study, num_cpus=jobs, every_s=600.0)]
 
 
 def records_of_eval_csv(paths: List[str], env: str) -> List[dict]:
@@ -204,15 +150,9 @@ def main(argv=None) -> None:
         records = [r for path in ns.records or () for r in json.load(open(path))]
         records += records_of_eval_csv(ns.eval_csv or [], ns.env)
     else:
-        jobs = [(v, s, seed) for v in ns.variants for s in ns.scenarios for seed in ns.seeds]
-        records, failed = [], []
-        with ThreadPoolExecutor(max_workers=ns.jobs) as pool:
-            futures = {pool.submit(run_one, *job, ns): job for job in jobs}
-            for f in as_completed(futures):
-                try:
-                    records.append(f.result())
-                except RuntimeError as e:  # the others go on; their records are kept
-                    failed.append(f"{futures[f]}: {e}")
+        study = study_of(ns)
+        failed = train(study, ns.jobs)
+        records = report.study_records(study)
         if ns.json:
             ordered = sorted(records, key=lambda r: (*record_key(r), r["seed"]))
             write_text(ns.json, json.dumps(ordered, indent=1))
@@ -226,7 +166,8 @@ def main(argv=None) -> None:
     print(text)
     print(f"study wall-clock {time.perf_counter() - t0:.0f} s", file=sys.stderr)
     if not (ns.records or ns.eval_csv) and failed:
-        sys.exit("failed runs (rerun the same command to resume them):\n" + "\n".join(failed))
+        sys.exit(f"runs that did not finish (their study.log says why; the same command "
+                 f"resumes them): {', '.join(failed)}")
 
 
 if __name__ == "__main__":

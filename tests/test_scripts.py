@@ -315,19 +315,3 @@ def test_study_refuses_a_variant_the_environment_lacks():
                           "ace_wo_ia", "--records", "none.json"], cwd=ROOT, capture_output=True,
                          text=True)
     assert out.returncode == 2 and "--env grf has no variant ace_wo_ia" in out.stderr
-
-
-def test_every_study_variant_loads_with_its_switches():
-    """Each variant's config and switches are a valid config of its environment, with
-    the algorithm the variant names (a wrong file or a misspelt key fails here, not hours
-    into a study)."""
-    sys.path.insert(0, os.path.join(ROOT, "scripts"))
-    from study import VARIANTS
-
-    from acegnn.config import load_config
-
-    algo = {"qmix": "qmix", "ace_ppo": "ace_ppo", "ace_ctde": "ace_ctde"}
-    for env, variants in VARIANTS.items():
-        for variant, (config, switches, _) in variants.items():
-            cfg = load_config(config, switches)
-            assert cfg.env.name == env and cfg.algo.name == algo.get(variant, "ace_dqn"), variant

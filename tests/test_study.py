@@ -13,8 +13,10 @@ import pytest
 
 from acegnn.algos.checkpoint import CHECKPOINT
 from acegnn.cli import check_study, main
+from acegnn.config import load_config
 from acegnn.study import finished, load_study, study_records, train_trial, write_report
 from acegnn.study import trial as trial_module
+from acegnn.study.spec import catalogue
 from acegnn.study.trial import DONE, LOG, progress_line, reached, train_command
 from acegnn.utils import runs
 
@@ -56,6 +58,14 @@ def write(tmp_path, text, name="s.yaml"):
     (TINY.replace("seeds: [0]", "seeds: [[0]]"),
      "seeds must be a non-empty list of distinct integers >= 0 (got [[0]])"),
     (TINY + "scenarios: 3m\n", "scenarios must be a non-empty list"),
+    (TINY.replace("variants:\n  ace: {config: configs/spiders_fly_5x5.yaml}", "variants: [ace]"),
+     "no variants of env 'spiders_fly' (it has: smax, grf)"),
+    (TINY.replace("spiders_fly\n", "smax\n", 1).replace(
+        "variants:\n  ace: {config: configs/spiders_fly_5x5.yaml}", "variants: [ace, ace_wo_ai]"),
+     "has no smax variant 'ace_wo_ai' (its smax variants: ace, ace_official,"),
+    (TINY.replace("spiders_fly\n", "smax\n", 1).replace(
+        "variants:\n  ace: {config: configs/spiders_fly_5x5.yaml}", "variants: [ace, ace]"),
+     "variants must be distinct variant names"),
     (TINY + "scenarios: [[3m]]\n", "scenarios must be a non-empty list of distinct scenario "
                                     "names (got [['3m']])"),
     (TINY + "mode: best\n", "mode must be max or min"),
@@ -97,8 +107,8 @@ def test_a_wrong_config_key_fails_before_training(tmp_path, capsys):
     assert "no trial in" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("path", sorted(glob.glob(os.path.join(ROOT, "configs", "studies",
-                                                               "*.yaml"))),
+@pytest.mark.parametrize("path", sorted(p for p in glob.glob(os.path.join(
+    ROOT, "configs", "studies", "*.yaml")) if os.path.basename(p) != "variants.yaml"),
                          ids=os.path.basename)
 def test_every_example_study_loads_with_its_configs(path):
     study = load_study(path)
@@ -108,6 +118,20 @@ def test_every_example_study_loads_with_its_configs(path):
                                              * len(study.seeds))
     if os.path.basename(path) == "smoke.yaml":
         assert names == ["ace_seed0", "ace_wo_ia_seed0"] and study.total_samples == 2048
+
+
+def test_every_named_variant_loads_with_its_overrides():
+    """Each variant of the catalogue is a valid config of its environment, with the
+    algorithm its name says (a wrong file or a misspelt key fails here, not hours into a
+    study); a study that names variants gets the catalogue's."""
+    algo = {"qmix": "qmix", "ace_ppo": "ace_ppo", "ace_ctde": "ace_ctde"}
+    for env in ("smax", "grf"):
+        for name, variant in catalogue(env).items():
+            cfg = load_config(variant.config, list(variant.overrides), backend=False)
+            assert cfg.env.name == env and cfg.algo.name == algo.get(name, "ace_dqn"), name
+    ablations = load_study(os.path.join(ROOT, "configs", "studies", "smax_ablations.yaml"))
+    assert ablations.variants["ace_wo_ia"] == catalogue("smax")["ace_wo_ia"]
+    assert ablations.variants["ace_wo_ia"].overrides == ("model.passive=false",)
 
 
 def test_trials_are_run_directories_with_their_commands(tmp_path):

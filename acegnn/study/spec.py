@@ -9,14 +9,15 @@
     total_samples: 2048       # train.total_samples of every trial
     seeds: [0]
     scenarios: [3m, 5m_vs_6m] # optional: env.scenario of each trial
-    variants:
+    variants:                 # name -> {config, overrides, label}, or a list of names
       ace: {config: configs/spiders_fly_5x5.yaml, overrides: [], label: ACE}
     overrides: [train.eval_every=512]   # optional: every trial, new or resumed
     resources: {cpus: 1, gpus: 0}       # optional: what Ray reserves for a trial
     max_failures: 2                     # optional: retries of a trial whose worker raised
 
-A trial is the run directory ``<dir>/<variant>_<scenario>_seed<seed>``
-(``<variant>_seed<seed>`` without scenarios).
+``variants`` as a list of names takes them from the catalogue of ``env`` in
+``configs/studies/variants.yaml`` (:func:`catalogue`). A trial is the run directory
+``<dir>/<variant>_<scenario>_seed<seed>`` (``<variant>_seed<seed>`` without scenarios).
 """
 from __future__ import annotations
 
@@ -37,6 +38,8 @@ RESOURCE_KEYS = ("cpus", "gpus")
 #: Config keys a study sets for each trial: an override may not set them.
 OWN_KEYS = ("seed", "env.scenario", "run.dir", "run.name", "train.total_samples")
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+#: The named variants of each environment.
+CATALOGUE = os.path.join(ROOT, "configs", "studies", "variants.yaml")
 
 
 @dataclass(frozen=True)
@@ -178,6 +181,51 @@ def _variant(path: str, name: Any, spec: Any) -> Variant:
                    _overrides(path, f"variants.{name}.overrides", spec.get("overrides")), label)
 
 
+def _read(path: str, what: str) -> dict:
+    if not os.path.isfile(path):
+        raise ValueError(f"no {what} {path}")
+    with open(path) as f:
+        try:
+            raw = yaml.safe_load(f)
+        except yaml.YAMLError as e:
+            raise ValueError(f"{path}: not YAML: {e}") from None
+    if not isinstance(raw, dict):
+        raise _fail(path, "the file", "a mapping of keys", raw)
+    return raw
+
+
+def catalogue(env: str, path: str = CATALOGUE) -> Dict[str, Variant]:
+    """The named variants of ``env`` (the file's ``env:`` mapping of variants).
+
+    Raises:
+        ValueError: naming the file and the environment or the bad variant.
+    """
+    raw = _read(path, "variant catalogue")
+    if env not in raw:
+        raise ValueError(f"{path}: no variants of env {env!r} (it has: {', '.join(raw)})")
+    if not isinstance(raw[env], dict) or not raw[env]:
+        raise _fail(path, env, "a mapping of variant names to {config, overrides, label}",
+                    raw[env])
+    return {n: _variant(path, n, v) for n, v in raw[env].items()}
+
+
+def _variants(path: str, env: str, value: Any) -> Dict[str, Variant]:
+    """A study's ``variants``: a mapping of its own, or names from :func:`catalogue`."""
+    if isinstance(value, list) and value:
+        if not all(isinstance(n, str) for n in value) or len(set(value)) != len(value):
+            raise _fail(path, "variants", "distinct variant names", value)
+        named = catalogue(env)
+        unknown = [n for n in value if n not in named]
+        if unknown:
+            raise ValueError(f"{path}: variants: {CATALOGUE} has no {env} variant "
+                             f"{unknown[0]!r} (its {env} variants: {', '.join(named)})")
+        return {n: named[n] for n in value}
+    if not isinstance(value, dict) or not value:
+        raise _fail(path, "variants", "a mapping of names to {config, overrides, label}, or "
+                    "a list of names from the catalogue", value)
+    return {n: _variant(path, n, v) for n, v in value.items()}
+
+
 def load_study(path: str, study_dir: Optional[str] = None) -> Study:
     """Read and check a study file (``study_dir`` replaces its ``dir``). Its ``dir``
     and the trials' working directory (:attr:`Study.cwd`) are taken from the current
@@ -186,15 +234,7 @@ def load_study(path: str, study_dir: Optional[str] = None) -> Study:
     Raises:
         ValueError: naming the file and the bad key or value.
     """
-    if not os.path.isfile(path):
-        raise ValueError(f"no study file {path}")
-    with open(path) as f:
-        try:
-            raw = yaml.safe_load(f)
-        except yaml.YAMLError as e:
-            raise ValueError(f"{path}: not YAML: {e}") from None
-    if not isinstance(raw, dict):
-        raise _fail(path, "the file", "a mapping of keys", raw)
+    raw = _read(path, "study file")
     _unknown(path, "", raw, KEYS)
     for key in ("env", "total_samples", "seeds", "variants"):
         if key not in raw:
@@ -219,10 +259,7 @@ def load_study(path: str, study_dir: Optional[str] = None) -> Study:
             or not all(isinstance(s, str) and NAME.match(s) for s in scenarios)
             or len(set(scenarios)) != len(scenarios)):
         raise _fail(path, "scenarios", "a non-empty list of distinct scenario names", scenarios)
-    variants = raw["variants"]
-    if not isinstance(variants, dict) or not variants:
-        raise _fail(path, "variants", "a mapping of names to {config, overrides, label}",
-                    variants)
+    variants = _variants(path, env, raw["variants"])
     resources = raw.get("resources") or {}
     if not isinstance(resources, dict):
         raise _fail(path, "resources", "a mapping with cpus and gpus", resources)
@@ -241,16 +278,16 @@ def load_study(path: str, study_dir: Optional[str] = None) -> Study:
         raise _fail(path, "dir", "a directory", out_dir)
     study = Study(path=path, env=env, dir=os.path.abspath(out_dir), total_samples=total,
                   seeds=tuple(seeds),
-                  variants={n: _variant(path, n, v) for n, v in variants.items()},
+                  variants=variants,
                   scenarios=tuple(scenarios) if scenarios else (None,),
                   overrides=_overrides(path, "overrides", raw.get("overrides")),
                   metric=metric, mode=mode, cpus=float(cpus), gpus=float(gpus),
                   max_failures=failures, cwd=os.getcwd())
-    _distinct_run_dirs(study)
+    check_run_dirs(study)
     return study
 
 
-def _distinct_run_dirs(study: Study) -> None:
+def check_run_dirs(study: Study) -> None:
     """Two trials may not share a run directory: variants ``a`` and ``a_b`` with the
     scenarios ``b_c`` and ``c`` both name ``a_b_c_seed0``."""
     seen: Dict[str, Trial] = {}
@@ -267,4 +304,4 @@ def _describe(trial: Trial) -> str:
     return f"(variant {trial.variant}{scenario}, seed {trial.seed})"
 
 
-__all__ = ["Study", "Trial", "Variant", "load_study"]
+__all__ = ["CATALOGUE", "Study", "Trial", "Variant", "catalogue", "check_run_dirs", "load_study"]
