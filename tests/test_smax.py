@@ -335,6 +335,58 @@ def test_train_resume_and_transfer_through_the_cli(tmp_path):
     assert bad.returncode == 2 and "only env.* settings" in bad.stderr
 
 
+def test_a_task_loads_only_smax_and_keeps_its_compiled_battles(tmp_path):
+    """A new process imports SMAX's modules of jaxmarl only (a later ``import jaxmarl``
+    still gets the whole package) and leaves the compiled battles in the cache under
+    ``XDG_CACHE_HOME``."""
+    import os
+    import subprocess
+    import sys
+
+    code = ("import sys, torch\n"
+            "from acegnn.envs.smac.smax import SMAXTask\n"
+            "task = SMAXTask('3m', 1, seed=0)\n"
+            "task.step(torch.zeros(1, 3, dtype=torch.long))\n"
+            "print('loaded', sorted(m for m in sys.modules if m.startswith('jaxmarl')))\n"
+            "import jaxmarl\n"
+            "print('agents', jaxmarl.make('HeuristicEnemySMAX').num_agents)\n")
+    env = {k: v for k, v in os.environ.items() if k != "JAX_COMPILATION_CACHE_DIR"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         env={**env, "XDG_CACHE_HOME": str(tmp_path), "OMP_NUM_THREADS": "1"})
+    assert out.returncode == 0, out.stderr[-2000:]
+    lines = [ln for ln in out.stdout.splitlines() if ln.startswith(("loaded ", "agents "))]
+    assert lines == ["loaded []", "agents 5"], out.stdout  # make: the whole package
+    cached = os.listdir(tmp_path / "acegnn" / "jax")
+    assert any(n.startswith("jit__step") for n in cached), cached
+
+
+def test_the_compilation_cache_gives_way_to_the_users():
+    """``ACEGNN_JAX_CACHE=0`` or a cache directory JAX already has leave JAX's config
+    alone; otherwise the cache is ours, with a size limit (so that JAX locks it)."""
+    import types
+
+    from acegnn.envs.smac import smax
+
+    class Config:
+        def __init__(self, cache_dir):
+            self.jax_compilation_cache_dir, self.updates = cache_dir, {}
+
+        def update(self, key, value):
+            self.updates[key] = value
+
+    for env, cache_dir, want in [({}, None, {"jax_compilation_cache_dir": smax.CACHE_DIR,
+                                              "jax_compilation_cache_max_size": 2 ** 31}),
+                                 ({"ACEGNN_JAX_CACHE": "0"}, None, {}),
+                                 ({}, "/elsewhere", {})]:
+        jax = types.SimpleNamespace(config=Config(cache_dir))
+        with pytest.MonkeyPatch.context() as mp:
+            mp.delenv("ACEGNN_JAX_CACHE", raising=False)
+            for k, v in env.items():
+                mp.setenv(k, v)
+            smax._compilation_cache(jax)
+        assert jax.config.updates == want, env
+
+
 def test_every_config_file_loads():
     import glob
 

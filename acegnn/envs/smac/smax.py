@@ -13,12 +13,19 @@ against SMAX's heuristic enemy AI. Observations reach torch through DLPack.
 
 SMAX has no terrain, no medivac and six unit types: MMM2 and 2c_vs_64zg cannot be
 built. See docs/battles.md for the maps and how SMAX differs from StarCraft II.
+
+JAX keeps the compiled battles in a persistent cache, ``$XDG_CACHE_HOME/acegnn/jax``
+(``~/.cache/acegnn/jax``), unless ``JAX_COMPILATION_CACHE_DIR`` names another or
+``ACEGNN_JAX_CACHE=0``.
 """
 from __future__ import annotations
 
+import importlib.util
 import itertools
 import os
 import re
+import sys
+import types
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Dict, List, Optional, Sequence, Tuple, Union
@@ -162,13 +169,12 @@ class _Engine:
             # the battles run on the CPU, where the replay lives; a GPU backend would also
             # take 75% of the GPU's memory from the learner (no effect once JAX has started)
             jax.config.update("jax_platforms", "cpu")
+        _compilation_cache(jax)
         self.cpu = jax.devices("cpu")[0]
-        from jaxmarl import make
-        from jaxmarl.environments.smax.smax_env import Scenario as JaxScenario
-
-        types = jnp.array([_TYPE_IDS[t] for t in sc.allies + sc.enemies], dtype=jnp.uint8)
-        env = make("HeuristicEnemySMAX", max_steps=time_limit,
-                   scenario=JaxScenario(types, len(sc.allies), len(sc.enemies), False, False))
+        smax, jax_scenario = _jaxmarl_smax()
+        unit_types = jnp.array([_TYPE_IDS[t] for t in sc.allies + sc.enemies], dtype=jnp.uint8)
+        env = smax(max_steps=time_limit, scenario=jax_scenario(
+            unit_types, len(sc.allies), len(sc.enemies), False, False))
         self.env, self.jax, self.jnp = env, jax, jnp
         self.n_allies, self.n_enemies = len(sc.allies), len(sc.enemies)
         self.time_limit = time_limit
@@ -222,6 +228,45 @@ class _Engine:
         state = jax.tree_util.tree_map(pick, fresh, nxt)
         obs = jax.tree_util.tree_map(pick, fresh_obs, next_obs)
         return key, state, obs, next_obs, reward[self.env.agents[0]], terminated, truncated, info
+
+
+def _jaxmarl_smax():
+    """JaxMARL's ``HeuristicEnemySMAX`` and ``Scenario``, importing SMAX's modules only.
+
+    ``import jaxmarl`` imports all of its environments, and some compute at import
+    (several seconds); the packages' ``__init__`` are bypassed while SMAX's modules load.
+    Unless jaxmarl was imported already, its modules are then forgotten, so that a later
+    ``import jaxmarl`` loads it whole as usual."""
+    if "jaxmarl" in sys.modules:
+        from jaxmarl.environments.smax.heuristic_enemy_smax_env import HeuristicEnemySMAX
+        from jaxmarl.environments.smax.smax_env import Scenario
+        return HeuristicEnemySMAX, Scenario
+    for name in ("jaxmarl", "jaxmarl.environments"):
+        pkg = types.ModuleType(name)
+        pkg.__path__ = list(importlib.util.find_spec(name).submodule_search_locations)
+        sys.modules[name] = pkg
+    try:
+        from jaxmarl.environments.smax.heuristic_enemy_smax_env import HeuristicEnemySMAX
+        from jaxmarl.environments.smax.smax_env import Scenario
+    finally:
+        for name in [m for m in sys.modules if m == "jaxmarl" or m.startswith("jaxmarl.")]:
+            del sys.modules[name]
+    return HeuristicEnemySMAX, Scenario
+
+
+#: Where JAX keeps compiled battles between processes (:func:`_compilation_cache`).
+CACHE_DIR = os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"),
+                         "acegnn", "jax")
+
+
+def _compilation_cache(jax) -> None:
+    """Keep compiled functions in :data:`CACHE_DIR` unless JAX already has a cache
+    directory or ``ACEGNN_JAX_CACHE=0``. A size limit makes JAX lock the cache, so that
+    processes started together share it safely."""
+    if os.environ.get("ACEGNN_JAX_CACHE", "1") == "0" or jax.config.jax_compilation_cache_dir:
+        return
+    jax.config.update("jax_compilation_cache_dir", CACHE_DIR)
+    jax.config.update("jax_compilation_cache_max_size", 2 ** 31)
 
 
 @lru_cache(maxsize=8)
