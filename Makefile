@@ -9,13 +9,13 @@ install:
 train: install
 	acegnn train configs/spiders_fly_5x5.yaml
 
-# Default test suite (CI ran the set-up and this in 725 s on 2 cores; 21 min here beside two trainings).
+# Default test suite, two test files at a time (pytest-xdist; a file's tests share a worker).
 test: install
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n 2 --dist loadfile
 
 # Also the tests marked slow.
 test-all: install
-	$(PY) -m pytest -q -m ""
+	$(PY) -m pytest -q -n 2 --dist loadfile -m ""
 
 bench: install
 	$(PY) scripts/bench_rollout.py

@@ -14,7 +14,7 @@ install_requires = [
 # Optional back-ends get an extra when their code lands (see acegnn.envs.register_env).
 extras_require = {
     "plot": ["matplotlib>=3.6"],
-    "dev": ["pytest>=7", "matplotlib>=3.6"],
+    "dev": ["pytest>=7", "pytest-xdist>=3", "matplotlib>=3.6"],
     # Figures, animations and the interactive HTML episode page (acegnn.viz).
     "viz": ["matplotlib>=3.6", "plotly>=5", "pillow"],
     # SMAX battles (JaxMARL's SMAC scenarios in JAX; runs on a CPU).

@@ -129,6 +129,10 @@ def test_every_named_variant_loads_with_its_overrides():
         for name, variant in catalogue(env).items():
             cfg = load_config(variant.config, list(variant.overrides), backend=False)
             assert cfg.env.name == env and cfg.algo.name == algo.get(name, "ace_dqn"), name
+    grf = catalogue("grf")
+    probe = grf["ace_official_probe"]
+    assert load_config(grf["ace_official_probe_wide"].config, backend=False) == load_config(
+        probe.config, [*probe.overrides, "model.passive_width=2432"], backend=False)
     ablations = load_study(os.path.join(ROOT, "configs", "studies", "smax_ablations.yaml"))
     assert ablations.variants["ace_wo_ia"] == catalogue("smax")["ace_wo_ia"]
     assert ablations.variants["ace_wo_ia"].overrides == ("model.passive=false",)
@@ -412,6 +416,40 @@ def test_a_failed_trial_resumes_from_its_checkpoint_and_ends_as_if_uninterrupted
     assert "--resume" not in first and f"--resume {flaky} " in second
     assert "halted after 1024 samples" in (flaky / LOG).read_text()
     assert_same_run(pathlib.Path(smoke[0].trials[0].run_dir), flaky)
+
+
+def test_a_trial_whose_worker_dies_resumes_from_its_checkpoint(smoke, tmp_path):
+    """The Ray worker of the smoke study's ``ace`` killed (SIGKILL) after its checkpoint
+    at 1024 samples: its ``acegnn train`` goes with it, Tune starts the trial again, it
+    resumes and ends as the smoke study's uninterrupted run."""
+    psutil = pytest.importorskip("psutil")
+    from test_train_cli import assert_same_run
+
+    text = open(SMOKE).read().replace(
+        "  ace_wo_ia:\n    config: configs/spiders_fly_5x5.yaml\n    overrides: [model.passive=false]"
+        "\n    label: ACE-w/o-IA\n", "")
+    assert "ace_wo_ia" not in text
+    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    run_dir = tmp_path / "study" / "ace_seed0"
+    proc = subprocess.Popen([sys.executable, "-m", "acegnn.cli", "study", write(tmp_path, text),
+                             "--dir", str(tmp_path / "study"), "--cpus", "2"], cwd=ROOT,
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    log, deadline = run_dir / "train.csv", time.monotonic() + 600
+    while time.monotonic() < deadline and (not log.exists()
+                                           or len(log.read_text().splitlines()) < 6):
+        time.sleep(0.2)
+    trains = [p for p in psutil.process_iter(["cmdline"])
+              if {"train", f"run.dir={tmp_path / 'study'}"} <= set(p.info["cmdline"] or [])]
+    assert len(trains) == 1, "the trial's acegnn train is not running"
+    worker = trains[0].parent()
+    worker.kill()
+    trains[0].wait(timeout=60)  # PR_SET_PDEATHSIG: the training dies with its worker
+    out, err = proc.communicate(timeout=900)
+    assert proc.returncode == 0, err[-3000:]
+    assert "trial ace_seed0 failed; it resumes from its last checkpoint" in out
+    first, second = sessions(run_dir)
+    assert "--resume" not in first and f"--resume {run_dir} " in second
+    assert_same_run(pathlib.Path(smoke[0].trials[0].run_dir), run_dir)
 
 
 @pytest.mark.slow  # a study stopped with Ctrl-C, then run again (about a minute)
