@@ -211,24 +211,29 @@ def plot(records: List[dict], labels: Labels, path: str, what: str = "test win r
 
     data = curves(records)
     panels = sorted({(env, s) for env, _, s in data})
-    fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 3.6), squeeze=False)
+    entries = max(sum((env, v, s) in data for v in labels[env]) for env, s in panels) + 1
+    fig, axes = plt.subplots(1, len(panels), figsize=(6 * len(panels), 3.6 + 0.2 * entries),
+                             squeeze=False)
     for ax, (env, scenario) in zip(axes[0], panels):
+        right = 0
         for k, (variant, label) in enumerate(labels[env].items()):
             pts = data.get((env, variant, scenario))
             if not pts:
                 continue
             x = [p[0] for p in pts]
+            right = max(right, x[-1])
             ax.plot(x, [p[1] for p in pts], color=f"C{k}", label=label)
             ax.fill_between(x, [p[2] for p in pts], [p[3] for p in pts], color=f"C{k}", alpha=0.2)
         paper = PAPER_CURVES.get((env, scenario))
-        if paper:
-            ax.plot(*zip(*paper), "ko--", ms=4, lw=1, label="paper's ACE (mean of 5 seeds)")
+        if paper:  # up to the first point past our curves
+            shown = [p for p in paper if p[0] <= right] + [p for p in paper if p[0] > right][:1]
+            ax.plot(*zip(*shown), "ko--", ms=4, lw=1, label="paper's ACE (mean of 5 seeds)")
         ax.set_title(f"{TITLES.get(env, env)} {scenario}")
         ax.set_xlabel("environment steps")
         ax.set_ylabel(f"{what}, {spread_of(env)[1]}")
         if unit_range:
             ax.set_ylim(-0.02, 1.02)
-        ax.legend(fontsize=8)
+        ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.16))
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
