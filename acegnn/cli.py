@@ -21,6 +21,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     from acegnn.config import load_config, to_yaml
     from acegnn.run import train
     from acegnn.utils.io import write_text
+    from acegnn.utils.runs import lock_run_dir
 
     resume = None
     if args.resume:
@@ -31,6 +32,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         path = os.path.join(run_dir, "config.yaml")
         if not os.path.exists(path):
             raise ValueError(f"{run_dir} has no config.yaml; is it a run directory?")
+        lock = lock_run_dir(run_dir)  # noqa: F841 (held while this process trains)
         cfg = load_config(path, ["train.halt_after=0", *args.overrides])
         resume = os.path.join(run_dir, CHECKPOINT)
     else:
@@ -38,6 +40,7 @@ def cmd_train(args: argparse.Namespace) -> int:
             raise ValueError("give a CONFIG file or --resume RUN_DIR")
         cfg = load_config(args.config, args.overrides)
         run_dir = _run_dir(cfg)
+        lock = lock_run_dir(run_dir)  # noqa: F841
         if os.path.exists(os.path.join(run_dir, CHECKPOINT)):
             raise ValueError(f"{run_dir} already holds a run; resume it with --resume {run_dir} "
                              f"or choose another run.name")

@@ -228,6 +228,21 @@ def test_a_trial_stopped_by_max_minutes_is_not_finished(tmp_path):
     assert train_command(trial, 2048, study.overrides)[1] == "--resume"
 
 
+def test_a_trial_another_process_trains_is_left_alone(tmp_path):
+    """A trial whose run directory another process is training (its lock held) fails
+    at once, before anything of the run is removed."""
+    study = load_study(write(tmp_path, TINY), str(tmp_path / "study"))
+    trial = study.trials[0]
+    held = runs.lock_run_dir(trial.run_dir)
+    try:
+        open(os.path.join(trial.run_dir, "train.csv"), "w").close()  # before its checkpoint
+        with pytest.raises(RuntimeError, match=f"{trial.name}: .* is being trained by pid "):
+            train_trial(trial, study, lambda row: None)
+        assert os.path.exists(os.path.join(trial.run_dir, "train.csv"))
+    finally:
+        held.close()
+
+
 def test_a_row_being_written_is_not_reported(tmp_path):
     path = tmp_path / "eval.csv"
     path.write_text("samples,win_rate\n256,0.5\n512,0.2")  # 512,0.25 half written

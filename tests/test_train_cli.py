@@ -137,6 +137,30 @@ def test_existing_run_is_not_overwritten(tmp_path, capsys):
     assert ckpt.read_bytes() == before
 
 
+def test_a_run_being_trained_is_not_touched_by_a_second_process(tmp_path, capsys):
+    """While a process holds a run directory's lock (as ``acegnn train`` does while it
+    trains), neither a new run of the same name nor a resume starts, and the run's files
+    are left as they were, checkpoint or none."""
+    from acegnn.utils.runs import lock_run_dir, run_holder
+
+    run = tmp_path / "a"
+    held = lock_run_dir(str(run))  # a training before its first checkpoint
+    (run / "config.yaml").write_text("the first process's\n")
+    assert run_holder(str(run)).startswith(f"pid {os.getpid()} (since ")
+    assert train(tmp_path, "a") == 2
+    assert f"{run} is being trained by pid {os.getpid()}" in capsys.readouterr().err
+    assert (run / "config.yaml").read_text() == "the first process's\n"
+    held.close()
+    assert run_holder(str(run)) is None
+    assert train(tmp_path, "a") == 0  # released: trained (and released again)
+    before = (run / "checkpoint.pt").read_bytes()
+    held = lock_run_dir(str(run))
+    assert main(["train", "--resume", str(run), "train.total_samples=2048"]) == 2
+    assert "is being trained by pid" in capsys.readouterr().err
+    assert (run / "checkpoint.pt").read_bytes() == before
+    held.close()
+
+
 def test_unknown_key_lists_valid_keys(capsys):
     assert main(["train", CONFIG, "algo.learning_rate=0.1"]) == 2
     err = capsys.readouterr().err

@@ -23,7 +23,7 @@ import yaml
 
 from acegnn.study.spec import Study, Trial
 from acegnn.utils.io import write_text
-from acegnn.utils.runs import CHECKPOINT, read_csv, train_args
+from acegnn.utils.runs import CHECKPOINT, read_csv, run_holder, train_args
 
 DONE = "study.json"
 LOG = "study.log"
@@ -130,6 +130,9 @@ def train_trial(trial: Trial, study: Study, on_eval: Callable[[Dict[str, float]]
     Raises:
         RuntimeError: when ``acegnn train`` fails (with the end of its stderr).
     """
+    holder = run_holder(trial.run_dir)
+    if holder is not None:  # before anything of the run is touched
+        raise RuntimeError(f"{trial.name}: {trial.run_dir} is being trained by {holder}")
     _forget_stale(trial.run_dir)
     cmd = train_command(trial, study.total_samples, study.overrides)
     os.makedirs(trial.run_dir, exist_ok=True)

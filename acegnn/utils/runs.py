@@ -11,13 +11,61 @@ import json
 import os
 import subprocess
 import sys
-from typing import Dict, List, Sequence
+import time
+from typing import IO, Dict, List, Optional, Sequence
+
+try:
+    import fcntl
+except ImportError:  # not POSIX: no run-directory locks
+    fcntl = None
 
 #: A run's checkpoint in its directory (written by :mod:`acegnn.algos.checkpoint`; named
 #: here so that code that starts runs imports no torch).
 CHECKPOINT = "checkpoint.pt"
+#: The lock file of a run directory that a process trains (:func:`lock_run_dir`).
+LOCK = ".lock"
 #: One thread per run: several runs share the machine's cores.
 ONE_THREAD = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+
+
+def run_holder(run_dir: str) -> Optional[str]:
+    """Who trains ``run_dir`` now (the pid and start written in its lock file), or
+    ``None`` when no process holds its lock."""
+    path = os.path.join(run_dir, LOCK)
+    if fcntl is None or not os.path.exists(path):
+        return None
+    with open(path) as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except OSError:
+            return f.read().strip() or "another process"
+    return None
+
+
+def lock_run_dir(run_dir: str) -> Optional[IO[str]]:
+    """Take ``run_dir``'s lock for this process (released when the returned file is
+    closed or the process ends, however it ends).
+
+    Raises:
+        ValueError: when another process holds it, naming that process.
+    """
+    if fcntl is None:
+        return None
+    os.makedirs(run_dir, exist_ok=True)
+    f = open(os.path.join(run_dir, LOCK), "a+")
+    try:
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        f.seek(0)
+        who = f.read().strip() or "another process"
+        f.close()
+        raise ValueError(f"{run_dir} is being trained by {who}; wait for it to end or "
+                         f"choose another run.name") from None
+    f.seek(0)
+    f.truncate()
+    f.write(f"pid {os.getpid()} (since {time.strftime('%Y-%m-%d %H:%M:%S')})\n")
+    f.flush()
+    return f
 
 
 def train_args(config: str, run_dir: str, total_samples: int,
