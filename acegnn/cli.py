@@ -124,6 +124,22 @@ def check_study(study, backend: bool = True) -> None:
                              f"{cfg.env.name}, and the study's env is {study.env}")
 
 
+def train_study(study, address: Optional[str] = None, cpus: Optional[int] = None,
+                every_s: float = 30.0) -> list:
+    """Check the study's configs (:func:`check_study`), then train its unfinished trials
+    on Ray Tune (:func:`acegnn.study.runner.run_study`); the trials left unfinished.
+
+    Raises:
+        ValueError: a config that does not load or train the study's env, or no Ray.
+    """
+    check_study(study)
+    if importlib.util.find_spec("ray") is None:
+        raise ValueError("acegnn study trains on Ray Tune: pip install -e .[ray]")
+    from acegnn.study.runner import run_study
+
+    return run_study(study, address, cpus, every_s)
+
+
 def cmd_study(args: argparse.Namespace) -> int:
     from acegnn.study import finished, load_study, write_report
 
@@ -133,12 +149,7 @@ def cmd_study(args: argparse.Namespace) -> int:
         print(f"study {study.name}: {len(study.trials)} trials in {study.dir}, "
               f"{len(study.trials) - len(todo)} finished, {len(todo)} to train", flush=True)
     if todo and not args.report:
-        check_study(study)
-        if importlib.util.find_spec("ray") is None:
-            raise ValueError("acegnn study trains on Ray Tune: pip install -e .[ray]")
-        from acegnn.study.runner import run_study
-
-        left = run_study(study, args.address, args.cpus, args.progress_every)
+        left = train_study(study, args.address, args.cpus, args.progress_every)
         if left:
             print(f"acegnn: {len(left)} trials did not finish: {', '.join(t.name for t in left)} "
                   f"(the study.log of each and the errors printed above say why); the same "

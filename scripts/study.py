@@ -32,7 +32,7 @@ import sys
 import time
 from typing import List
 
-from acegnn.cli import check_study
+from acegnn.cli import train_study
 from acegnn.study import report
 from acegnn.study.report import record_key
 from acegnn.study.spec import Study, catalogue, check_run_dirs
@@ -58,14 +58,6 @@ def study_of(ns: argparse.Namespace) -> Study:
                   cwd=os.getcwd())
     check_run_dirs(study)
     return study
-
-
-def train(study: Study, jobs: int) -> List[str]:
-    """Train the study's unfinished trials, ``jobs`` at once; the trials left unfinished."""
-    from acegnn.study.runner import run_study
-
-    check_study(study)
-    return [t.name for t in run_study(study, num_cpus=jobs, every_s=600.0)]
 
 
 def records_of_eval_csv(paths: List[str], env: str) -> List[dict]:
@@ -151,7 +143,7 @@ def main(argv=None) -> None:
         records += records_of_eval_csv(ns.eval_csv or [], ns.env)
     else:
         study = study_of(ns)
-        failed = train(study, ns.jobs)
+        failed = [t.name for t in train_study(study, cpus=ns.jobs, every_s=600.0)]
         records = report.study_records(study)
         if ns.json:
             ordered = sorted(records, key=lambda r: (*record_key(r), r["seed"]))

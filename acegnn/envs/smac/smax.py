@@ -237,20 +237,19 @@ def _jaxmarl_smax():
     (several seconds); the packages' ``__init__`` are bypassed while SMAX's modules load.
     Unless jaxmarl was imported already, its modules are then forgotten, so that a later
     ``import jaxmarl`` loads it whole as usual."""
-    if "jaxmarl" in sys.modules:
-        from jaxmarl.environments.smax.heuristic_enemy_smax_env import HeuristicEnemySMAX
-        from jaxmarl.environments.smax.smax_env import Scenario
-        return HeuristicEnemySMAX, Scenario
-    for name in ("jaxmarl", "jaxmarl.environments"):
-        pkg = types.ModuleType(name)
-        pkg.__path__ = list(importlib.util.find_spec(name).submodule_search_locations)
-        sys.modules[name] = pkg
+    stubbed = "jaxmarl" not in sys.modules
+    if stubbed:
+        for name in ("jaxmarl", "jaxmarl.environments"):
+            pkg = types.ModuleType(name)
+            pkg.__path__ = list(importlib.util.find_spec(name).submodule_search_locations)
+            sys.modules[name] = pkg
     try:
         from jaxmarl.environments.smax.heuristic_enemy_smax_env import HeuristicEnemySMAX
         from jaxmarl.environments.smax.smax_env import Scenario
     finally:
-        for name in [m for m in sys.modules if m == "jaxmarl" or m.startswith("jaxmarl.")]:
-            del sys.modules[name]
+        if stubbed:
+            for name in [m for m in sys.modules if m == "jaxmarl" or m.startswith("jaxmarl.")]:
+                del sys.modules[name]
     return HeuristicEnemySMAX, Scenario
 
 
