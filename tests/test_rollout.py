@@ -103,6 +103,52 @@ def test_matches_reference_with_and_without_passive(passive, layers):
     assert max_error_against_reference(net, states, ro) < 1e-5
 
 
+@pytest.mark.parametrize("layers", [1, 2])
+def test_passive_table_of_given_actions_matches_hand_computed_entries(layers):
+    """``encode(passive_rows=...)`` computes only the passive entries the given actions
+    read (each agent's row of the compact table, one kind's slice of the last layer): they
+    equal the encoder run by hand on the actor's features, every other entry is zero, and
+    the gradients are those of the full table restricted to the same entries (the last
+    layer's slices of kinds no action reads get zero)."""
+    torch.manual_seed(0)
+    schema, states = make_states(seed=6, mask_prob=0.0)
+    net = ACENetwork(schema, hidden=8, layers=layers, passive_width=24)
+    b = collate(states)
+    full = net.encode(b)
+    idx = full.index
+    attack = (idx.action_kind == schema.kind_index("attack")).nonzero().view(-1)
+    heal = (idx.action_kind == schema.kind_index("heal")).nonzero().view(-1)
+    for rows in (attack[::3], torch.cat([attack[::2], heal[1::4]])):
+        part = net.encode(b, passive_rows=lambda index: rows)
+        assert torch.equal(part.passive_block, full.passive_block)
+        aiming = torch.zeros(idx.num_agents, dtype=torch.bool)
+        aiming[idx.action_agent[idx.action_target >= 0]] = True
+        assert part.passive.size(0) == full.passive.size(0) == int(aiming.sum())
+        need = torch.zeros_like(part.passive, dtype=torch.bool)
+        for a in rows.tolist():
+            agent, kind = int(idx.action_agent[a]), int(idx.action_kind[a])
+            col = list(schema.targeted_kinds).index(kind)
+            unit = int(idx.agents[agent])
+            t = next(t for t, r in idx.flat.items() if bool((r == unit).any()))
+            x = b[t].x[(idx.flat[t] == unit).nonzero().item()]
+            by_hand = R.seq(net.action_encoder.passive_encoders[t], x).view(-1, 8)[col]
+            block = int(part.passive_block[agent])
+            assert torch.allclose(part.passive[block, col], by_hand, atol=1e-6)
+            need[block, col] = True
+        assert bool((part.passive[~need] == 0).all())
+        w = torch.randn_like(full.passive)
+        params = list(net.action_encoder.passive_encoders.parameters())
+        g_part = torch.autograd.grad((part.passive * w).sum(), params)
+        g_full = torch.autograd.grad((full.passive * w * need).sum(), params, retain_graph=True)
+        for gp, gf in zip(g_part, g_full):
+            assert torch.allclose(gp, gf, atol=1e-5)
+        last = net.action_encoder.passive_encoders["ally"][-2].weight
+        unread = ~need.any((0, 2))  # kinds no given action reads
+        grad_last = g_part[[p is last for p in params].index(True)].view(-1, 8, last.size(1))
+        assert bool(unread.any()) == (rows.numel() == attack[::3].numel())
+        assert bool((grad_last[unread] == 0).all()) and bool((grad_last[~unread] != 0).any())
+
+
 def test_passive_changes_values_of_targeted_actions():
     torch.manual_seed(0)
     schema, states = make_states(seed=5, mask_prob=0.0, sizes=[(2, 3)])

@@ -254,8 +254,9 @@ class ACEDQN(QLearner):
         if cfg.double_q:  # the online decision's final SE-state, valued by V'
             greedy = self.net.rollout(next_graphs, order=cfg.order, generator=generator,
                                       check=check)
-            enc = self.target_net.encode(next_graphs, check=False)
-            final_units = apply_actions(enc.units, enc, greedy.action_ids[greedy.action_ids >= 0])
+            chosen = greedy.action_ids[greedy.action_ids >= 0]
+            enc = self.target_net.encode(next_graphs, check=False, passive_rows=lambda _: chosen)
+            final_units = apply_actions(enc.units, enc, chosen)
         else:
             final = self.target_net.rollout(next_graphs, order=cfg.order, generator=generator,
                                             check=check)

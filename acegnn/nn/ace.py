@@ -2,13 +2,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Dict, Optional, Union
+from typing import Any, Callable, Dict, Optional, Union
 
 import torch
 from torch import Tensor, nn
 from torch_geometric.data import Batch, HeteroData
 
-from acegnn.graph.index import store_of, unit_index
+from acegnn.graph.index import UnitIndex, store_of, unit_index
 from acegnn.graph.schema import GraphSchema
 from acegnn.graph.state import as_batch
 from acegnn.nn.action_encoder import ActionEncoder
@@ -107,13 +107,19 @@ class ACENetwork(nn.Module):
         self.value_head.reset_parameters()
         init_relu_layers(self, self.init)
 
-    def encode(self, data: Union[HeteroData, Batch], check: bool = True) -> EncodedState:
+    def encode(self, data: Union[HeteroData, Batch], check: bool = True,
+               passive_rows: Optional[Callable[[UnitIndex], Optional[Tensor]]] = None
+               ) -> EncodedState:
         """Encode a state or a batch of states once.
 
         Args:
             data (HeteroData or Batch): States following ``self.schema``.
             check (bool, optional): Validate the input against the schema.
                 (default: :obj:`True`)
+            passive_rows (callable, optional): Given the batch's :class:`UnitIndex`, the
+                action rows whose messages will be read (or ``None``: any). Only their
+                passive embeddings are then computed; the table's other entries are zero
+                (:meth:`ActionEncoder.passive_table`). (default: every entry)
         """
         batch = as_batch(data)
         index = unit_index(self.schema, batch, check=check)
@@ -128,10 +134,11 @@ class ACENetwork(nn.Module):
         units = first.new_empty(index.num_units, self.hidden)
         for t in self.schema.node_types:
             units = units.index_put((index.flat[t],), h[t])
-        return EncodedState(
-            index=index, units=units, active=self.action_encoder.active,
-            passive=self.action_encoder.passive_table(x_dict, index),
-            passive_col=self.action_encoder.passive_col)
+        passive, block = self.action_encoder.passive_table(
+            x_dict, index, None if passive_rows is None else passive_rows(index))
+        return EncodedState(index=index, units=units, active=self.action_encoder.active,
+                            passive=passive, passive_col=self.action_encoder.passive_col,
+                            passive_block=block)
 
     def value(self, units: Tensor, enc: EncodedState) -> Tensor:
         """V of whole SE-states given their unit embeddings ``[U, H]`` -> ``[B]``."""

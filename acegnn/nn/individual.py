@@ -247,7 +247,8 @@ class IndividualQ(nn.Module):
             units = units.index_put((vidx.flat[t],), h[t])
         # passive embeddings come from the actor's own features: the batch's table
         ae = self.action_encoder
-        enc = EncodedState(vidx, units, ae.active, ae.passive_table(x, idx), ae.passive_col)
+        passive, block = ae.passive_table(x, idx)
+        enc = EncodedState(vidx, units, ae.active, passive, ae.passive_col, block)
         actions = torch.arange(idx.action_kind.numel(), device=units.device)
         rows = candidate_rows(units, enc, actions)
         base = self.value_head.pool_base(units, vidx)

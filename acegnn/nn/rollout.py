@@ -425,7 +425,12 @@ def sequential_rollout(
                          f"(got {values!r})")
     selector = GREEDY if selector is None else selector
     batch = as_batch(data)
-    enc = net.encode(batch, check=check)
+
+    def given(index: UnitIndex) -> Optional[Tensor]:  # the rows valuing only them reads
+        selector.start(index)
+        return selector.known_rows()
+
+    enc = net.encode(batch, check=check, passive_rows=given if values == "chosen" else None)
     plan, table = _decision(net, batch, enc, order, generator, table=values != "chosen")
     selector.start(enc.index)
     given_rows = selector.known_rows()

@@ -28,8 +28,9 @@ class EncodedState(NamedTuple):
     index: UnitIndex
     units: Tensor  # [num_units, H] unit embeddings e_u(u_j) of s^t
     active: Tensor  # [num_kinds, H] active embedding of each kind
-    passive: Optional[Tensor]  # [num_agents, num_targeted, H] or None
+    passive: Optional[Tensor]  # [P, num_targeted, H] or None, P: agents with a targeted action
     passive_col: Tensor  # [num_kinds] column of a kind in ``passive``, -1 if untargeted
+    passive_block: Optional[Tensor]  # [num_agents] row of each agent in ``passive``, -1 if none
 
 
 class Messages(NamedTuple):
@@ -52,9 +53,10 @@ class MessageRoutes(NamedTuple):
 
 
 def message_table(enc: EncodedState) -> Tensor:
-    """Every message of the batch as the rows of one matrix ``[num_kinds + P + 1, H]``:
-    the active embedding of each kind, the passive table flattened (``P = num_agents x
-    num_targeted``, none without passive embeddings), then a zero row."""
+    """Every message of the batch as the rows of one matrix
+    ``[num_kinds + P x num_targeted + 1, H]``:
+    the active embedding of each kind, the passive table flattened (``P x num_targeted``
+    rows, none without passive embeddings), then a zero row."""
     parts = [enc.active]
     if enc.passive is not None:
         parts.append(enc.passive.reshape(-1, enc.active.size(1)))
@@ -75,7 +77,8 @@ def message_routes(enc: EncodedState, actions: Tensor) -> MessageRoutes:
     col = enc.passive_col[kind]
     has = (target >= 0) & (col >= 0)
     zero = num_kinds + enc.passive.size(0) * enc.passive.size(1)
-    row = num_kinds + idx.action_agent[actions] * enc.passive.size(1) + col
+    block = enc.passive_block[idx.action_agent[actions]]  # >= 0 where ``has``
+    row = num_kinds + block.clamp(min=0) * enc.passive.size(1) + col
     return MessageRoutes(actor, kind, torch.where(has, target, torch.full_like(target, -1)),
                          torch.where(has, row, torch.full_like(row, zero)))
 
