@@ -107,6 +107,20 @@ def check_resources(study: Study, cluster: Dict[str, float]) -> None:
             f"(--cpus, or nodes with them)")
 
 
+def _connect(address: str) -> None:
+    """``ray.init`` on a running cluster, with an error that says what to check."""
+    try:
+        ray.init(address=address, log_to_driver=False)
+    except (ConnectionError, RuntimeError) as e:
+        auth = os.environ.get("RAY_AUTH_MODE", "disabled")
+        raise ValueError(
+            f"cannot connect to the Ray cluster at {address} ({type(e).__name__}: {e}). Is "
+            f"it running (ray status --address {address})? A cluster started with "
+            f"`ray start` authenticates with a token by default: this machine needs "
+            f"RAY_AUTH_MODE=token and the cluster's token (~/.ray/auth_token, "
+            f"RAY_AUTH_TOKEN_PATH or RAY_AUTH_TOKEN); RAY_AUTH_MODE is {auth!r} here") from e
+
+
 def run_study(study: Study, address: Optional[str] = None, num_cpus: Optional[int] = None,
               every_s: float = 30.0) -> List[Trial]:
     """Train the study's unfinished trials on Ray Tune; the trials still unfinished after
@@ -120,7 +134,8 @@ def run_study(study: Study, address: Optional[str] = None, num_cpus: Optional[in
         every_s (float, optional): Seconds between progress lines. (default: :obj:`30`)
 
     Raises:
-        ValueError: when a trial needs more than the cluster has (:func:`check_resources`).
+        ValueError: when a trial needs more than the cluster has (:func:`check_resources`),
+            or the cluster at ``address`` cannot be reached.
     """
     todo = [t for t in study.trials if not finished(t, study.total_samples)]
     if not todo:
@@ -129,7 +144,7 @@ def run_study(study: Study, address: Optional[str] = None, num_cpus: Optional[in
     if address is None:
         ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=False)
     else:
-        ray.init(address=address, log_to_driver=False)
+        _connect(address)
     try:
         check_resources(study, ray.cluster_resources())
         tuner = tune.Tuner(
