@@ -366,7 +366,7 @@ def test_a_trial_larger_than_the_cluster_fails_at_once(tmp_path):
         run_study(study, num_cpus=1)
 
 
-def study_cli(*args, timeout=900):
+def study_cli(*args, timeout=1800):  # minutes idle; 900 s was too short under heavy load
     """``acegnn study`` in a child process with one thread; (returncode, stdout, stderr)."""
     env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
     out = subprocess.run([sys.executable, "-m", "acegnn.cli", "study", *args, "--cpus", "2",
