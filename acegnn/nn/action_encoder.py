@@ -142,10 +142,9 @@ class _SlicedLinear(torch.autograd.Function):
         width = ctx.width
         grad_x = torch.empty_like(x) if ctx.needs_input_grad[0] else None
         grad_w = grad_b = None
-        if ctx.needs_input_grad[2] or ctx.needs_input_grad[3]:  # zero where no slice is read
+        if ctx.needs_input_grad[2]:  # zero where no slice is read, filled below elsewhere
             unread = torch.ones(weight.size(0) // width, dtype=torch.bool)
             unread[[c for c, _ in ctx.groups]] = False
-        if ctx.needs_input_grad[2]:
             grad_w = torch.empty_like(weight)
             grad_w.view(-1, width, weight.size(1))[unread.to(weight.device)] = 0
         if ctx.needs_input_grad[3]:
