@@ -139,11 +139,49 @@ def test_cosine_learning_rate_schedule_and_its_checkpoint():
     assert learner().update(*batch)["lr"] == 5e-4  # constant by default
 
 
+@pytest.mark.parametrize("eps", [1e-8, 1e-5])
+def test_optimizer_eps_sets_how_fast_weight_decay_shrinks_a_weight_without_gradient(eps):
+    # One RMSprop step with no gradient from the loss: g = wd w, v = (1 - 0.99) g^2,
+    # w' = w - lr g / (sqrt(v) + eps), by hand. At eps 1e-8 that is about lr * 10 * sign(w)
+    # (the decay normalised away); at 1e-5 about lr * w / (0.1 |w| + 1).
+    lr, wd = 0.002, 1e-5
+    lrn = learner(optimizer="rmsprop", lr=lr, weight_decay=wd, optimizer_eps=eps)
+    before = [p.detach().clone() for p in lrn.net.parameters()]
+    for p in lrn.net.parameters():
+        p.grad = torch.zeros_like(p)
+    lrn.optimizer.step()
+    for w, p in zip(before, lrn.net.parameters()):
+        g = wd * w.double()
+        expected = w.double() - lr * g / ((0.01 * g * g).sqrt() + eps)
+        assert torch.allclose(p.detach().double(), expected, rtol=1e-5, atol=1e-9)
+    w = torch.cat([b.flatten() for b in before]).double()
+    after = torch.cat([p.detach().flatten() for p in lrn.net.parameters()]).double()
+    shrink = (w.abs() - after.abs())[w.abs() > 0.2]
+    assert len(shrink) > 0
+    if eps == 1e-8:  # each large weight loses 5-10 lr, whatever its size
+        assert (shrink > 5 * lr).all()
+    else:  # each loses less than lr |w|
+        assert (shrink < lr * w.abs()[w.abs() > 0.2]).all()
+
+
+def test_zero_fraction_counts_entries_at_most_the_tolerance_by_hand():
+    from acegnn.algos.base import zero_fraction
+
+    layer = torch.nn.Linear(3, 2)  # 6 weights and 2 biases
+    with torch.no_grad():
+        layer.weight.copy_(torch.tensor([[0.0, 1e-7, -1e-6], [2e-6, -0.3, 0.5]]))
+        layer.bias.copy_(torch.tensor([0.0, 1.0]))
+    assert zero_fraction(layer) == 4 / 8  # 0, 1e-7, -1e-6 and the bias 0
+    assert zero_fraction(layer, tol=1e-5) == 5 / 8
+
+
 def test_bad_algo_config():
     with pytest.raises(ValueError, match="algo.optimizer"):
         ACEDQNConfig(optimizer="sgd9")
     with pytest.raises(ValueError, match="algo.gamma"):
         ACEDQNConfig(gamma=1.5)
+    with pytest.raises(ValueError, match="algo.optimizer_eps"):
+        ACEDQNConfig(optimizer_eps=0.0)
     with pytest.raises(ValueError, match="algo.order"):
         ACEDQNConfig(order="alphabetical")
     with pytest.raises(ValueError, match="algo.lr_schedule"):

@@ -526,7 +526,7 @@ def test_the_paper_configs_hold_the_papers_rules():
 OFFICIAL = {"env.sticky_features": True, "algo.lr_schedule": "cosine", "algo.lr_min": 2e-5,
             "algo.lr_decay_updates": 5000, "algo.grad_clip": 50.0, "algo.nstep": 9,
             "algo.double_q": True, "algo.target": "last_agent", "algo.aux_weight": 100.0,
-            "model.pool": "mean_max", "model.layers": 2}
+            "algo.optimizer_eps": 1e-5, "model.pool": "mean_max", "model.layers": 2}
 
 
 def test_the_official_recipe_is_the_paper_config_plus_its_departures():

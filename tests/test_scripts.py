@@ -315,3 +315,24 @@ def test_study_refuses_a_variant_the_environment_lacks():
                           "ace_wo_ia", "--records", "none.json"], cwd=ROOT, capture_output=True,
                          text=True)
     assert out.returncode == 2 and "--env grf has no variant ace_wo_ia" in out.stderr
+
+
+def test_zero_weights_report_by_hand(tmp_path):
+    import torch
+
+    state = {"enc.0.weight": torch.tensor([[0.0, 0.0], [0.0, 1e-7], [0.5, 0.0]]),
+             "enc.0.bias": torch.tensor([0.0, 0.2, 0.0]),
+             "head.weight": torch.tensor([[0.0, 3.0, 0.0]]),
+             "steps": torch.tensor(4)}
+    torch.save({"learner": {"net": state}}, tmp_path / "checkpoint.pt")
+    out = tmp_path / "zero.json"
+    text = run(["scripts/zero_weights.py", str(tmp_path), "--json", str(out)])
+    rep = json.loads(out.read_text())[str(tmp_path)]
+    # 12 float entries, 9 of them zero (an integer buffer is not a weight)
+    assert rep["zero_weights"] == 9 / 12 and rep["parameters"] == 12
+    # row 0 and its bias zero: off; row 1's bias 0.2: on; row 2 has a weight
+    assert rep["matrices"]["enc.0"] == {"shape": [3, 2], "zero": pytest.approx(5 / 6),
+                                        "units_off": pytest.approx(1 / 3)}
+    assert rep["matrices"]["head"] == {"shape": [1, 3], "zero": pytest.approx(2 / 3),
+                                       "units_off": 0.0}
+    assert "0.750 of 12 parameters zero" in text

@@ -57,6 +57,9 @@ def test_smoke_run_writes_logs_and_checkpoint(tmp_path, capsys):
     rows = read_csv(run / "train.csv")
     assert [int(r["samples"]) for r in rows] == [256 * i for i in range(1, 7)]
     assert {"td_loss", "epsilon", "episode_return"} <= set(rows[-1])
+    net = torch.load(run / "checkpoint.pt", weights_only=True)["learner"]["net"]
+    entries = torch.cat([v.flatten().float() for v in net.values()])
+    assert float(rows[-1]["zero_weights"]) == int((entries.abs() <= 1e-6).sum()) / len(entries)
     evals = read_csv(run / "eval.csv")
     assert {"success_rate", "mean_steps", "steps_gap"} <= set(evals[0])
     assert main(["eval", str(run), "--episodes", "4"]) == 0

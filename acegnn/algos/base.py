@@ -17,6 +17,22 @@ OPTIMIZERS = {"adam": torch.optim.Adam, "rmsprop": torch.optim.RMSprop}
 LOSSES = {"mse": F.mse_loss, "huber": F.smooth_l1_loss}
 
 
+ZERO_TOL = 1e-6
+"""A weight at most this large in magnitude counts as zero in :func:`zero_fraction`."""
+
+
+@torch.no_grad()
+def zero_fraction(module: nn.Module, tol: float = ZERO_TOL) -> float:
+    """The fraction of ``module``'s parameter entries with ``|w| <= tol``: weights that
+    weight decay has driven to zero where the loss gave them no gradient (a unit whose
+    weights are all zero stays at zero). Logged per round as ``zero_weights``."""
+    total = zeros = 0
+    for p in module.parameters():
+        total += p.numel()
+        zeros += int((p.abs() <= tol).sum())
+    return zeros / max(total, 1)
+
+
 @dataclass
 class OptimConfig:
     """What every learner's config holds: its name, the optimiser and the discount."""
@@ -27,7 +43,13 @@ class OptimConfig:
     optimizer: str = "adam"
     """``adam`` or ``rmsprop``."""
     weight_decay: float = 0.0
-    """L2 weight decay of the optimiser."""
+    """L2 weight decay of the optimiser, added to the gradient before its scaling."""
+    optimizer_eps: float = 1e-8
+    """``eps`` of Adam or RMSprop, added to the root of the squared-gradient average
+    (PyTorch's default 1e-8; the official ACE code's RMSprop: 1e-5). With weight decay, a
+    weight the loss leaves without gradient shrinks by about ``lr`` per update while the
+    decay term exceeds ``eps``, not by ``lr * weight_decay``: at 1e-8 such weights are
+    zero within a few hundred updates (docs/optimizer.md)."""
     grad_clip: float = 10.0
     """Max gradient norm (0 turns clipping off)."""
     gamma: float = 0.99
@@ -44,6 +66,8 @@ class OptimConfig:
             v = getattr(self, key)
             if not 0.0 <= v < float("inf"):
                 raise ValueError(f"algo.{key} must be finite and >= 0 (got {v})")
+        if not 0.0 < self.optimizer_eps < float("inf"):
+            raise ValueError(f"algo.optimizer_eps must be finite and > 0 (got {self.optimizer_eps})")
 
 
 @dataclass
@@ -134,7 +158,7 @@ class LearnerBase:
         self.cfg, self.device = cfg, torch_device(device)
         self.net = net.to(self.device)
         self.optimizer = OPTIMIZERS[cfg.optimizer](
-            self.net.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+            self.net.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay, eps=cfg.optimizer_eps)
         self.num_updates = 0
         self._checked = False  # inputs are validated until one batch has passed
 

@@ -29,6 +29,7 @@ from torch import Tensor
 from torch.profiler import record_function
 from torch_geometric.data import Batch
 
+from acegnn.algos.base import zero_fraction
 from acegnn.algos.checkpoint import (CHECKPOINT_VERSION, SUCCESS_CHECKPOINT, checkpoint_path,
                                      save_checkpoint)
 from acegnn.algos.collector import Collector, Step
@@ -359,7 +360,11 @@ class TrainingLoop(abc.ABC):
                 t0 = time.perf_counter()
                 metrics = self.collect()
                 t1 = time.perf_counter()
-                metrics.update(self.learn())
+                learned = self.learn()
+                net = getattr(self.learner, "net", None)
+                if learned and isinstance(net, torch.nn.Module):
+                    learned["zero_weights"] = zero_fraction(net)
+                metrics.update(learned)
                 t2 = time.perf_counter()
                 metrics["env_steps_per_s"] = (self.samples - before) / max(t1 - t0, 1e-9)
                 metrics["updates"] = self.updates
