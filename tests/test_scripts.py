@@ -336,3 +336,21 @@ def test_zero_weights_report_by_hand(tmp_path):
     assert rep["matrices"]["head"] == {"shape": [1, 3], "zero": pytest.approx(2 / 3),
                                        "units_off": 0.0}
     assert "0.750 of 12 parameters zero" in text
+
+
+def test_battle_starts_overlap_by_hand():
+    sys.path.insert(0, os.path.join(ROOT, "scripts"))
+    from battle_starts import overlap_report
+
+    rep = overlap_report({"a": [True, True, False, False],
+                          "b": [True, False, False, True],
+                          "c": [True, True, True, False]})
+    # start 0 won by 3, start 1 by 2, start 2 by 1, start 3 by 1
+    assert rep["won_by"] == [0, 2, 1, 1]
+    assert rep["win_rate"] == {"a": 0.5, "b": 0.5, "c": 0.75}
+    # independent: P(k wins) of rates 0.5, 0.5, 0.75, times 4 starts
+    p0 = 0.5 * 0.5 * 0.25
+    p3 = 0.5 * 0.5 * 0.75
+    p1 = 2 * 0.5 * 0.5 * 0.25 + 0.5 * 0.5 * 0.75
+    assert rep["independent"] == pytest.approx([4 * p0, 4 * p1, 4 * (1 - p0 - p1 - p3), 4 * p3])
+    assert rep["shared_losses"] == {"a | b": 1, "a | c": 1, "b | c": 0}  # b: 1, 2; c: 3
