@@ -354,3 +354,13 @@ def test_battle_starts_overlap_by_hand():
     p1 = 2 * 0.5 * 0.5 * 0.25 + 0.5 * 0.5 * 0.75
     assert rep["independent"] == pytest.approx([4 * p0, 4 * p1, 4 * (1 - p0 - p1 - p3), 4 * p3])
     assert rep["shared_losses"] == {"a | b": 1, "a | c": 1, "b | c": 0}  # b: 1, 2; c: 3
+
+
+def test_battle_start_spread_is_the_largest_distance_between_two_units():
+    sys.path.insert(0, os.path.join(ROOT, "scripts"))
+    import numpy as np
+    from battle_starts import spread
+
+    pos = np.array([[[0.0, 0.0], [3.0, 4.0], [1.0, 0.0]],      # 0-1: 5
+                    [[2.0, 2.0], [2.0, 2.0], [2.0, 2.5]]])     # 0-2, 1-2: 0.5
+    assert spread(pos).tolist() == [5.0, 0.5]
