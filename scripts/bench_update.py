@@ -6,6 +6,8 @@ times ``learner.update`` on a fixed batch (``update_ms``) and one step as the tr
 loop takes it: sample the replay, build the graphs, update (``step_ms``). With ``--compare-all-values`` (ACE only) it
 alternates with an update whose rollouts value every candidate, the path before the
 ``values="chosen"`` / ``"successors"`` passes, so both see the same machine load.
+``train.compile`` and ``train.flush_denormal`` act as in training; the first call of each
+timing (``*_first_s``) includes the compilation.
 
 On a GPU (``train.device=cuda``) each timing waits for the device to finish. A batch can
 be saved where the task runs (``--save-batch``) and timed where it does not
@@ -15,6 +17,7 @@ timed on a GPU machine without it.
     python scripts/bench_update.py configs/spiders_fly_5x5.yaml --compare-all-values
     python scripts/bench_update.py configs/spiders_fly_5x5_baselines.yaml algo.name=qmix
     python scripts/bench_update.py configs/smax_5m_vs_6m.yaml train.device=cuda
+    python scripts/bench_update.py configs/smax_5m_vs_6m.yaml train.compile=true
     python scripts/bench_update.py configs/grf_3_vs_1_with_keeper.yaml --save-batch grf.pt
     python scripts/bench_update.py configs/grf_3_vs_1_with_keeper.yaml train.device=cuda --batch grf.pt
 """
@@ -96,6 +99,9 @@ def main(argv=None) -> dict:
                 torch.save({"config": ns.config, "schema": task.schema,
                             "example": task.graphs(task.observe()), "args": args,
                             "nstep": nstep}, ns.save_batch)
+    if ns.batch and cfg.train.compile:  # the Trainer switches them on otherwise
+        learner.use_compiled(True)
+    torch.set_flush_denormal(cfg.train.flush_denormal)  # as a training session does
     device = torch.device(getattr(learner, "device", "cpu"))
 
     def wait():  # a GPU runs asynchronously: time what it has done
@@ -114,11 +120,14 @@ def main(argv=None) -> dict:
     if ns.compare_all_values:
         modes["all_values_update_ms"] = (update, _all_values)
     times = {k: [] for k in modes}
+    first_s = {}  # the first call of each mode: with train.compile, the compilation
     for _ in range(ns.repeats):
         for key, (fn, rollout) in modes.items():
             ace_module.sequential_rollout = rollout
+            t0 = time.perf_counter()
             fn()
             wait()
+            first_s.setdefault(key.replace("_ms", "_first_s"), time.perf_counter() - t0)
             t0 = time.perf_counter()
             for _ in range(ns.updates):
                 fn()
@@ -127,7 +136,8 @@ def main(argv=None) -> dict:
     ace_module.sequential_rollout = sequential_rollout
     out = {"config": ns.config, "overrides": ns.overrides, "algo": cfg.algo.name,
            "batch_size": cfg.train.batch_size, "threads": ns.threads, "device": str(device),
-           **{k: statistics.median(v) for k, v in times.items()}}
+           **{k: statistics.median(v) for k, v in times.items()}, **first_s,
+           "compile": cfg.train.compile, "flush_denormal": cfg.train.flush_denormal}
     if device.type == "cuda":
         out["device_name"] = torch.cuda.get_device_name(device)
     if ns.profile:

@@ -403,3 +403,36 @@ def test_which_heads_can_couple_untargeted_actions(pool, layers, additive):
         v[a0] = second
     interaction = v - v[:, :1] - v[:1, :] + v[0, 0]  # zero iff additive
     assert (interaction.abs().max() < 1e-5) == additive
+
+
+@pytest.mark.parametrize("pool,layers", [("mean", 1), ("mean_max", 2)])
+def test_compiled_kernels_match_naive_reference(pool, layers):
+    """``train.compile``: without autograd the candidates are valued by kernels compiled
+    with ``torch.compile`` (a linear readout's scores; the pre-activations and the
+    pooling of the others). Checked against the naive reference, with heal-self
+    available (a second message on the actor's row) and dead units, and against the
+    same rollout uncompiled."""
+    torch.manual_seed(0)
+    schema, states = make_states(seed=13, mask_prob=0.2)
+    for d in states:
+        store = d[ACTION]
+        self_heal = (store.kind == schema.kind_index("heal")) & (store.target == store.actor)
+        store.available[self_heal] = True
+    for d in states:  # the first enemy is dead where there are two
+        d["enemy"].alive = torch.arange(d["enemy"].num_nodes) > (0 if d["enemy"].num_nodes > 1 else -1)
+        d["ally"].alive = torch.ones(d["ally"].num_nodes, dtype=torch.bool)
+    net = ACENetwork(schema, hidden=16, pool=pool, layers=layers)
+    batch = collate(states)
+
+    def rollout():
+        with torch.no_grad():
+            return net.rollout(batch, order="random", selector=EpsilonGreedy(0.5),
+                               generator=torch.Generator().manual_seed(4))
+
+    plain = rollout()
+    net.value_head.compiled = True
+    fast = rollout()
+    assert torch.equal(fast.actions, plain.actions)
+    assert torch.allclose(fast.candidate_values, plain.candidate_values, atol=1e-6,
+                          equal_nan=True)
+    assert max_error_against_reference(net, states, fast) < 1e-5

@@ -389,3 +389,39 @@ def test_config_prints_the_resolved_config_with_each_keys_comment(capsys):
            "Eq. 1 (False: no discount there)." in text
     assert "  conv_kwargs:  # Arguments of the message-passing step" in text
     assert main(["config", smax, "env.scenario=2c_vs_64zg"]) == 2
+
+
+def test_compiled_kernels_train_as_the_plain_ones(tmp_path, monkeypatch):
+    """``train.compile=true`` (ACE's candidates valued by compiled kernels without
+    autograd) logs what the plain run logs, to float rounding."""
+    from acegnn.nn import value_head
+
+    monkeypatch.setattr(value_head, "_COMPILED", {})
+    assert train(tmp_path, "plain") == 0
+    assert not value_head._COMPILED
+    assert train(tmp_path, "compiled", "train.compile=true") == 0
+    assert set(value_head._COMPILED) == {value_head.successor_pre, value_head.pooled_values}  # layers 3
+    for name in ("train.csv", "eval.csv"):
+        a, b = read_csv(tmp_path / "plain" / name), read_csv(tmp_path / "compiled" / name)
+        assert [r.keys() for r in a] == [r.keys() for r in b]
+        for ra, rb in zip(a, b):
+            for k in ra:
+                if k != "zero_weights":
+                    assert float(ra[k] or "nan") == pytest.approx(float(rb[k] or "nan"), rel=1e-4,
+                                                                   abs=1e-6, nan_ok=True), (name, k)
+
+
+def test_compile_needs_ace_value_heads(tmp_path, capsys):
+    args = [a for a in TINY if not a.startswith("model.hidden")]
+    assert main(["train", BASELINES, *args, "algo.name=qmix", "train.compile=true",
+                 f"run.dir={tmp_path}", "run.name=q"]) == 2
+    assert "train.compile: qmix has no compiled kernels" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("flush", [True, False])
+def test_denormals_are_flushed_while_training_only(tmp_path, monkeypatch, flush):
+    calls = []
+    real = torch.set_flush_denormal
+    monkeypatch.setattr(torch, "set_flush_denormal", lambda on: calls.append(on) or real(on))
+    assert train(tmp_path, "a", f"train.flush_denormal={str(flush).lower()}") == 0
+    assert calls == ([True, False] if flush else [])

@@ -178,6 +178,18 @@ class LearnerBase:
             return graphs
         return graphs.to(self.device)
 
+    def use_compiled(self, on: bool = True) -> int:
+        """Switch the compiled candidate kernels (``train.compile``) of the value heads
+        of the learner's networks; returns how many heads it switched (0: the learner
+        has none, e.g. QMIX)."""
+        from acegnn.nn.value_head import ValueHead
+
+        heads = [m for net in (self.net, getattr(self, "target_net", None))
+                 if isinstance(net, nn.Module) for m in net.modules() if isinstance(m, ValueHead)]
+        for m in heads:
+            m.compiled = bool(on)
+        return len(heads)
+
     def learning_rate(self) -> float:
         """The learning rate of the next gradient step (the config's schedule, if any)."""
         schedule = getattr(self.cfg, "learning_rate", None)

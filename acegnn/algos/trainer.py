@@ -92,6 +92,18 @@ class TrainConfig:
     environments and the replay stay on the CPU and each batch is moved over."""
     progress: bool = True
     """Show a progress bar."""
+    compile: bool = False
+    """Value the candidates of decisions and TD targets through kernels compiled by
+    ``torch.compile`` (ACE learners; :func:`acegnn.nn.value_head.compiled`): the same
+    values to float rounding, 10-25% less time an update on CPU, after a compilation of
+    about a minute at the start of each session (needs a C++ compiler;
+    docs/benchmarks.md)."""
+    flush_denormal: bool = True
+    """Flush denormal floats to zero while training (``torch.set_flush_denormal``, on
+    the training thread). Weights and RMSprop statistics that decay towards zero become
+    denormal, whose arithmetic is many times slower on x86 CPUs: a football update of the
+    recommended config took 1.5 times as long at 300k steps without it. Values below
+    1.2e-38 become 0; ``false`` keeps PyTorch's default."""
 
     def replay_capacity(self, num_envs: int) -> int:
         """Transitions the replay buffer holds: no more than the run can collect, which
@@ -222,6 +234,12 @@ class TrainingLoop(abc.ABC):
         self.headline: Tuple[str, ...] = ()  # the last evaluation's headline metrics
         self.logger: Optional[Logger] = None
         self.loaded = False  # state restored from a checkpoint
+        if cfg.compile:
+            use = getattr(learner, "use_compiled", None)
+            if use is None or use(True) == 0:
+                name = getattr(getattr(learner, "cfg", None), "name", type(learner).__name__)
+                raise ValueError(f"train.compile: {name} has no compiled kernels (they value "
+                                 f"ACE's candidates); set it to false")
 
     @property
     def samples(self) -> int:
@@ -354,6 +372,8 @@ class TrainingLoop(abc.ABC):
         if self.samples_to_success == self.samples and not os.path.exists(self.success_path):
             self.save(self.success_path)  # a run stopped at success, resumed to train further
         spent = dict.fromkeys((*TIME_PARTS, "checkpoint"), 0.0)  # this session's seconds
+        if cfg.flush_denormal:
+            torch.set_flush_denormal(True)
         try:
             while not self._stopped():
                 before = self.samples
@@ -403,6 +423,8 @@ class TrainingLoop(abc.ABC):
                 bar.total = bar.n
                 bar.refresh()
         finally:
+            if cfg.flush_denormal:
+                torch.set_flush_denormal(False)  # PyTorch's default
             self.wall_s, self._session_start = self.elapsed(), None
             if bar is not None:
                 bar.close()

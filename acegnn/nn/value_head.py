@@ -56,6 +56,9 @@ class ValueHead(nn.Module):
         pooled = hidden * len(self.reduces)
         readout = [mlp(pooled, hidden, layers - 1)] if layers > 1 else []
         self.out = nn.Sequential(*readout, nn.Linear(hidden if layers > 1 else pooled, 1))
+        self.compiled = False
+        """Value candidates without autograd through compiled kernels (:func:`compiled`;
+        ``train.compile``). Not a parameter: a checkpoint does not record it."""
 
     def reset_parameters(self) -> None:
         reset_mlp(self.unit_mlp)
@@ -167,59 +170,108 @@ class ValueHead(nn.Module):
 
         What does not depend on the candidate (the pooled rest of the graph without the
         actor) is computed once per actor."""
-        c, S, H = h_actor.shape
-        has_t, h_a, h_t = has_target, h_actor, h_target
-        alive = index.unit_alive
-        pool_t = has_t
-        old_a = base.hidden[actor]  # [c, H]
-        if alive is not None:
-            pool_a = alive[actor].unsqueeze(-1)  # [c, 1]
-            pool_t = has_t & alive[target]
-            h_a_sum, old_a = h_a * pool_a.unsqueeze(1).to(h_a.dtype), old_a * pool_a.to(h_a.dtype)
-            h_a_max = h_a.masked_fill(~pool_a.unsqueeze(1), float("-inf"))
-        else:
-            h_a_sum = h_a_max = h_a
-        keep_t = pool_t.unsqueeze(-1)  # [c, S, 1]
-        old_t = base.hidden[target] * keep_t.to(h_a.dtype)  # [c, S, H]
-        h_t_sum = h_t * keep_t.to(h_a.dtype)
-        pooled = []
-        for r in self.reduces:
-            if r in ("sum", "mean"):
-                rest = (base.total[graph] - old_a).unsqueeze(1)  # [c, 1, H]
-                total = rest + h_a_sum - old_t + h_t_sum
-                if r == "mean":
-                    count = base.count[graph].clamp(min=1).view(c, 1, 1).to(total.dtype)
-                    total = total / count
-                pooled.append(total)
-            else:
-                start = index.unit_ptr[graph]  # [c]
-                top, top_pos = base.top[graph], base.top_pos[graph]  # [c, k, H]
-                # the graph's largest values per feature without the actor's row ...
-                top = top.masked_fill(top_pos == (actor - start).view(c, 1, 1), float("-inf"))
-                if top.size(1) > 1:
-                    first, which = top.topk(2, dim=1)  # [c, 2, H]
-                    at = top_pos.gather(1, which)
-                    # ... and without the target's: the second largest where it is the first
-                    pos_t = torch.where(has_t, target - start.unsqueeze(1),
-                                        torch.full_like(target, -1)).unsqueeze(-1)  # [c, S, 1]
-                    rest = torch.where(at[:, :1] == pos_t, first[:, 1:], first[:, :1])
-                else:  # one unit per graph: the actor's own row
-                    rest = top.expand(c, S, H)
-                h_t_max = torch.where(keep_t, h_t, torch.full_like(h_t, float("-inf")))
-                best = torch.maximum(torch.maximum(rest, h_a_max), h_t_max)
-                pooled.append(best if alive is None else _no_unit_to_zero(best))
-        return self.out(torch.cat(pooled, dim=-1)).squeeze(-1)
+        return pooled_values(self, base, index.unit_alive, index.unit_ptr, graph, actor,
+                             h_actor, target, h_target, has_target)
 
     def __repr__(self) -> str:
         return f"{self.__class__.__name__}({self.hidden}, pool={self.pool}, layers={self.layers})"
 
 
+def pooled_values(head: "ValueHead", base: PoolBase, alive: Optional[Tensor], unit_ptr: Tensor,
+                  graph: Tensor, actor: Tensor, h_actor: Tensor, target: Tensor,
+                  h_target: Tensor, has_target: Tensor) -> Tensor:
+    """:meth:`ValueHead.hidden_values` on the two tensors of the batch's index it reads
+    (``alive``: :attr:`UnitIndex.unit_alive`, ``unit_ptr``), so that it can be compiled
+    (:func:`compiled`)."""
+    c, S, H = h_actor.shape
+    has_t, h_a, h_t = has_target, h_actor, h_target
+    pool_t = has_t
+    old_a = base.hidden[actor]  # [c, H]
+    if alive is not None:
+        pool_a = alive[actor].unsqueeze(-1)  # [c, 1]
+        pool_t = has_t & alive[target]
+        h_a_sum, old_a = h_a * pool_a.unsqueeze(1).to(h_a.dtype), old_a * pool_a.to(h_a.dtype)
+        h_a_max = h_a.masked_fill(~pool_a.unsqueeze(1), float("-inf"))
+    else:
+        h_a_sum = h_a_max = h_a
+    keep_t = pool_t.unsqueeze(-1)  # [c, S, 1]
+    old_t = base.hidden[target] * keep_t.to(h_a.dtype)  # [c, S, H]
+    h_t_sum = h_t * keep_t.to(h_a.dtype)
+    pooled = []
+    for r in head.reduces:
+        if r in ("sum", "mean"):
+            rest = (base.total[graph] - old_a).unsqueeze(1)  # [c, 1, H]
+            total = rest + h_a_sum - old_t + h_t_sum
+            if r == "mean":
+                count = base.count[graph].clamp(min=1).view(c, 1, 1).to(total.dtype)
+                total = total / count
+            pooled.append(total)
+        else:
+            start = unit_ptr[graph]  # [c]
+            top, top_pos = base.top[graph], base.top_pos[graph]  # [c, k, H]
+            # the graph's largest values per feature without the actor's row ...
+            top = top.masked_fill(top_pos == (actor - start).view(c, 1, 1), float("-inf"))
+            if top.size(1) > 1:
+                first, which = top.topk(2, dim=1)  # [c, 2, H]
+                at = top_pos.gather(1, which)
+                # ... and without the target's: the second largest where it is the first
+                pos_t = torch.where(has_t, target - start.unsqueeze(1),
+                                    torch.full_like(target, -1)).unsqueeze(-1)  # [c, S, 1]
+                rest = torch.where(at[:, :1] == pos_t, first[:, 1:], first[:, :1])
+            else:  # one unit per graph: the actor's own row
+                rest = top.expand(c, S, H)
+            h_t_max = torch.where(keep_t, h_t, torch.full_like(h_t, float("-inf")))
+            best = torch.maximum(torch.maximum(rest, h_a_max), h_t_max)
+            pooled.append(best if alive is None else _no_unit_to_zero(best))
+    return head.out(torch.cat(pooled, dim=-1)).squeeze(-1)
+
+
+def successor_pre(pre: Tensor, msg: Tensor, read: Tensor, msg_rows: Tensor,
+                  extra: Optional[Tensor]) -> Tensor:
+    """First-fc pre-activations of the changed rows of ``c x S`` candidates
+    ``[c, 2, S, H]``: row ``read`` of ``pre`` plus message ``msg_rows`` of ``msg`` (the
+    messages' ``W m``), plus message ``extra`` ``[c, S]`` on the actor row where given."""
+    c, _, S = read.shape
+    out = pre.index_select(0, read.reshape(-1)).add_(msg.index_select(0, msg_rows.reshape(-1)))
+    out = out.view(c, 2, S, -1)
+    if extra is not None:
+        out[:, 0] += msg.index_select(0, extra.reshape(-1)).view(c, S, -1)
+    return out
+
+
+def successor_scores(pre: Tensor, msg: Tensor, read: Tensor, msg_rows: Tensor,
+                     extra: Optional[Tensor], weight: Tensor) -> Tensor:
+    """``w^T relu(p)`` of :func:`successor_pre`'s rows ``[c, 2, S]`` (a linear readout's
+    one-layer unit MLP); compiled, the ``[c, 2, S, H]`` rows are never stored."""
+    return torch.relu(successor_pre(pre, msg, read, msg_rows, extra)).matmul(weight)
+
+
+_COMPILED: dict = {}
+
+
+def compiled(fn):
+    """``fn`` compiled by ``torch.compile`` (dynamic shapes), once per process.
+
+    :class:`SuccessorValues` runs its three kernels (:func:`successor_pre`,
+    :func:`successor_scores`, :func:`pooled_values`) through this where the head's
+    ``compiled`` flag is set (``train.compile``) and autograd is off: the valuation of
+    every candidate in a decision and in the TD targets, the largest memory-bound part of
+    an update. The values are those of the plain functions to float rounding."""
+    if fn not in _COMPILED:
+        _COMPILED[fn] = torch.compile(fn, dynamic=True)
+    return _COMPILED[fn]
+
+
 class Successors(NamedTuple):
-    """A step's candidate successors as :meth:`SuccessorValues.values` computed them, for
+    """A step's candidate successors as :meth:`SuccessorValues.values` valued them, for
     :meth:`SuccessorValues.advance`."""
 
-    pre: Tensor  # [c, 2, S, H] first-fc pre-activations of the changed rows
-    new: Tensor  # [c, 2, S] their scores (linear readout) or [c, 2, S, H] hidden rows
+    pre: Optional[Tensor]  # [c, 2, S, H] first-fc pre-activations of the changed rows,
+    # None where compiled kernels did not keep them (computed again for the chosen ones)
+    read: Tensor  # [c, 2, S] rows read: actor; target (the actor's where none)
+    msg: Tensor  # [c, 2, S] message rows added to them
+    extra: Optional[Tensor]  # [c, S] second message on the actor row, or None
+    score: Optional[Tensor]  # [c, 2, S] the new rows' scores (linear readout), else None
     change: Optional[Tensor]  # [c, S] change of the pooled score sum (linear readout)
     write: Tensor  # [c, 2, S] the rows they replace
     graph: Tensor  # [c] graph of each acting agent
@@ -293,34 +345,52 @@ class SuccessorValues:
     def _put(self, t: Tensor, rows: Tensor, new: Tensor) -> Tensor:
         return t.index_copy_(0, rows, new) if self.inplace else t.index_copy(0, rows, new)
 
+    def _pre(self, read: Tensor, msg: Tensor, extra: Optional[Tensor]) -> Tensor:
+        """:func:`successor_pre` of the candidates, with the messages transformed as
+        this object keeps them (all at once, or lazily)."""
+        if not self.lazy:
+            return successor_pre(self.pre, self.msg, read, msg, extra)
+        c, _, S = read.shape
+        H = self.pre.size(1)
+        out = self.pre.index_select(0, read.reshape(-1)).add_(self._message_pre(msg.reshape(-1)))
+        out = out.view(c, 2, S, H)
+        if extra is not None:
+            out[:, 0] += self._message_pre(extra.reshape(-1)).view(c, S, H)
+        return out
+
     def values(self, graph: Tensor, read: Tensor, msg: Tensor, extra: Optional[Tensor],
                write: Tensor, pool: Tensor) -> Tuple[Tensor, "Successors"]:
         """V of the successors ``[c, S]`` of the current SE-state (``graph`` ``[c]``: the
         graph of each acting agent), and the :class:`Successors` that :meth:`advance`
         moves the chosen ones along."""
         c, _, S = read.shape
-        H = self.pre.size(1)
-        rows = read.reshape(-1)
-        pre = self.pre.index_select(0, rows).add_(self._message_pre(msg.reshape(-1)))
-        pre = pre.view(c, 2, S, H)
-        if extra is not None:
-            pre[:, 0] += self._message_pre(extra.reshape(-1)).view(c, S, H)
+        fast = self.head.compiled and not self.lazy and not torch.is_grad_enabled()
         if self.scalar:
-            h = self.head.hidden_of_pre(pre)
-            score = h.matmul(self.head.out[0].weight[0])  # [c, 2, S]
+            weight = self.head.out[0].weight[0]
+            pre = None
+            if fast:
+                score = compiled(successor_scores)(self.pre, self.msg, read, msg, extra, weight)
+            else:
+                pre = self._pre(read, msg, extra)
+                score = self.head.hidden_of_pre(pre).matmul(weight)
+            rows = read.reshape(-1)
             change = (score - self.score.index_select(0, rows).view(c, 2, S)).mul_(pool).sum(1)
             total = self.total.index_select(0, graph).unsqueeze(1) + change  # [c, S]
             if self.count is not None:
                 total = total.div_(self.count.index_select(0, graph).unsqueeze(1))
-            return total.add_(self.bias), Successors(pre, score, change, write, graph)
+            return total.add_(self.bias), Successors(pre, read, msg, extra, score, change, write, graph)
         index = self.index
         changed = write[:, 1] != index.num_units  # [c, S] the candidate changes a target row
+        pre = compiled(successor_pre)(self.pre, self.msg, read, msg, extra) if fast else \
+            self._pre(read, msg, extra)
         h = self._hidden(pre, changed)
         base = self.head.pool_base(None, index, self.hidden[:index.num_units])
         # every candidate of an agent has the agent as its actor (padding repeats one)
-        v = self.head.hidden_values(base, index, graph, read[:, 0, 0], h[:, 0], read[:, 1],
-                                    h[:, 1], changed)
-        return v, Successors(pre, h, None, write, graph)
+        args = (self.head, base, index.unit_alive, index.unit_ptr, graph, read[:, 0, 0],
+                h[:, 0], read[:, 1], h[:, 1], changed)
+        v = compiled(pooled_values)(*args) if fast else pooled_values(*args)
+        return v, Successors(None if fast else pre, read, msg, extra, None, None, write,
+                             graph)
 
     def _hidden(self, pre: Tensor, changed: Tensor) -> Tensor:
         """The rest of the unit MLP on ``pre`` ``[c, 2, S, H]``, on the target rows only
@@ -335,19 +405,28 @@ class SuccessorValues:
 
     def advance(self, successors: "Successors", col: Tensor) -> None:
         """Move every acting agent's SE-state to its successor in column ``col`` ``[c]``
-        of ``successors`` (what :meth:`values` returned for this step)."""
-        pre, new, change, write, graph = successors
+        of ``successors`` (what :meth:`values` returned for this step); where the
+        compiled kernels kept no rows, the chosen candidates' ``2c`` are computed again."""
+        pre, read, msg, extra, score, change, write, graph = successors
         c, _, S = write.shape
-        H = pre.size(-1)
         entry = torch.arange(0, c * S, S, device=col.device).add_(col)  # [c] in [c, S]
         both = (entry + torch.arange(0, c * S, S, device=col.device)).unsqueeze(1)
         both = torch.cat([both, both + S], 1).view(-1)  # [2c] actor, target in [c, 2, S]
+
+        def pick(t: Tensor) -> Tensor:  # [c, 2, S] -> the chosen column [c, 2, 1]
+            return t.reshape(-1).index_select(0, both).view(c, 2, 1)
+
+        if pre is None:
+            chosen_extra = None if extra is None else extra.reshape(-1).index_select(0, entry).view(c, 1)
+            pre = self._pre(pick(read), pick(msg), chosen_extra).view(2 * c, -1)  # [2c, H]
+        else:
+            pre = pre.reshape(-1, pre.size(-1)).index_select(0, both)
         rows = write.reshape(-1).index_select(0, both)
-        self.pre = self._put(self.pre, rows, pre.reshape(-1, H).index_select(0, both))
+        self.pre = self._put(self.pre, rows, pre)
         if self.scalar:
-            self.score = self._put(self.score, rows, new.reshape(-1).index_select(0, both))
+            self.score = self._put(self.score, rows, score.reshape(-1).index_select(0, both))
             step = change.reshape(-1).index_select(0, entry)
             self.total = self.total.index_add_(0, graph, step) if self.inplace else \
                 self.total.index_add(0, graph, step)
         else:
-            self.hidden = self._put(self.hidden, rows, new.reshape(-1, H).index_select(0, both))
+            self.hidden = self._put(self.hidden, rows, self.head.hidden_of_pre(pre))
