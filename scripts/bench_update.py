@@ -18,6 +18,7 @@ timed on a GPU machine without it.
     python scripts/bench_update.py configs/spiders_fly_5x5_baselines.yaml algo.name=qmix
     python scripts/bench_update.py configs/smax_5m_vs_6m.yaml train.device=cuda
     python scripts/bench_update.py configs/smax_5m_vs_6m.yaml train.compile=true
+    python scripts/bench_update.py configs/grf_3_vs_1_with_keeper_recommended.yaml --checkpoint RUN
     python scripts/bench_update.py configs/grf_3_vs_1_with_keeper.yaml --save-batch grf.pt
     python scripts/bench_update.py configs/grf_3_vs_1_with_keeper.yaml train.device=cuda --batch grf.pt
 """
@@ -32,6 +33,7 @@ import time
 import torch
 
 import acegnn.nn.ace as ace_module
+from acegnn.algos.checkpoint import checkpoint_path, load_checkpoint
 from acegnn.algos.trainer import Trainer
 from acegnn.config import load_config
 from acegnn.run import make_learner, make_task
@@ -73,6 +75,9 @@ def main(argv=None) -> dict:
                    "the learner) to FILE")
     p.add_argument("--batch", metavar="FILE", help="time the batch saved in FILE (made with the "
                    "same config) instead of building the task; update_ms only")
+    p.add_argument("--checkpoint", metavar="RUN", help="start from the learner (weights and "
+                   "optimiser state) of a run's checkpoint, made with the same config: a "
+                   "trained network's update (its denormals, train.flush_denormal)")
     ns = p.parse_args(argv)
     if ns.batch and (ns.save_batch or ns.profile):
         p.error("--batch times a saved batch only: no --save-batch or --profile with it")
@@ -99,6 +104,12 @@ def main(argv=None) -> dict:
                 torch.save({"config": ns.config, "schema": task.schema,
                             "example": task.graphs(task.observe()), "args": args,
                             "nstep": nstep}, ns.save_batch)
+    if ns.checkpoint:
+        try:
+            learner.load_state_dict(load_checkpoint(checkpoint_path(ns.checkpoint))["learner"])
+        except ValueError as e:
+            p.error(f"--checkpoint {ns.checkpoint}: {e}")
+        loaded_updates = learner.num_updates  # the run's gradient steps
     if ns.batch and cfg.train.compile:  # the Trainer switches them on otherwise
         learner.use_compiled(True)
     torch.set_flush_denormal(cfg.train.flush_denormal)  # as a training session does
@@ -138,6 +149,8 @@ def main(argv=None) -> dict:
            "batch_size": cfg.train.batch_size, "threads": ns.threads, "device": str(device),
            **{k: statistics.median(v) for k, v in times.items()}, **first_s,
            "compile": cfg.train.compile, "flush_denormal": cfg.train.flush_denormal}
+    if ns.checkpoint:
+        out["checkpoint_updates"] = loaded_updates
     if device.type == "cuda":
         out["device_name"] = torch.cuda.get_device_name(device)
     if ns.profile:

@@ -364,3 +364,22 @@ def test_battle_start_spread_is_the_largest_distance_between_two_units():
     pos = np.array([[[0.0, 0.0], [3.0, 4.0], [1.0, 0.0]],      # 0-1: 5
                     [[2.0, 2.0], [2.0, 2.0], [2.0, 2.5]]])     # 0-2, 1-2: 0.5
     assert spread(pos).tolist() == [5.0, 0.5]
+
+
+def test_bench_update_starts_from_a_runs_checkpoint(tmp_path):
+    """``--checkpoint RUN`` times the run's trained learner; a checkpoint of another
+    network is refused with the reason."""
+    from acegnn.cli import main as cli
+
+    tiny = ["model.hidden=8", "train.batch_size=16", "train.samples_per_collect=64",
+            "train.learning_starts=64", "train.total_samples=256", "train.updates_per_collect=3",
+            "train.eval_every=0", "train.progress=false", f"run.dir={tmp_path}", "run.name=r"]
+    assert cli(["train", "configs/spiders_fly_5x5.yaml", *tiny]) == 0
+    out = json.loads(run(["scripts/bench_update.py", "configs/spiders_fly_5x5.yaml", *tiny[:4],
+                          "--repeats", "1", "--updates", "1", "--checkpoint",
+                          str(tmp_path / "r")]).strip().splitlines()[-1])
+    assert out["checkpoint_updates"] == 12  # 4 rounds of 64 steps, 3 updates each
+    other = subprocess.run([sys.executable, "scripts/bench_update.py", "configs/spiders_fly_5x5.yaml",
+                            "model.hidden=16", "--checkpoint", str(tmp_path / "r")], cwd=ROOT,
+                           capture_output=True, text=True)
+    assert other.returncode == 2 and "does not match this model" in other.stderr
