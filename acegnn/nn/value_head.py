@@ -226,24 +226,31 @@ def pooled_values(head: "ValueHead", base: PoolBase, alive: Optional[Tensor], un
     return head.out(torch.cat(pooled, dim=-1)).squeeze(-1)
 
 
-def successor_pre(pre: Tensor, msg: Tensor, read: Tensor, msg_rows: Tensor,
-                  extra: Optional[Tensor]) -> Tensor:
+def successor_pre(pre: Tensor, read: Tensor, msg: Tensor, extra: Optional[Tensor]) -> Tensor:
     """First-fc pre-activations of the changed rows of ``c x S`` candidates
-    ``[c, 2, S, H]``: row ``read`` of ``pre`` plus message ``msg_rows`` of ``msg`` (the
-    messages' ``W m``), plus message ``extra`` ``[c, S]`` on the actor row where given."""
+    ``[c, 2, S, H]``: row ``read`` of ``pre`` plus its message's ``W m`` (``msg``
+    ``[c * 2 * S, H]``), plus a second message's ``extra`` ``[c * S, H]`` on the actor row
+    where given."""
     c, _, S = read.shape
-    out = pre.index_select(0, read.reshape(-1)).add_(msg.index_select(0, msg_rows.reshape(-1)))
-    out = out.view(c, 2, S, -1)
+    out = pre.index_select(0, read.reshape(-1)).add_(msg).view(c, 2, S, -1)
     if extra is not None:
-        out[:, 0] += msg.index_select(0, extra.reshape(-1)).view(c, S, -1)
+        out[:, 0] += extra.view(c, S, -1)
     return out
+
+
+def gathered_pre(pre: Tensor, msg: Tensor, read: Tensor, msg_rows: Tensor,
+                 extra: Optional[Tensor]) -> Tensor:
+    """:func:`successor_pre` with the messages read from the table ``msg`` of every
+    message's ``W m``: rows ``msg_rows`` ``[c, 2, S]`` and ``extra`` ``[c, S]``."""
+    return successor_pre(pre, read, msg.index_select(0, msg_rows.reshape(-1)),
+                         None if extra is None else msg.index_select(0, extra.reshape(-1)))
 
 
 def successor_scores(pre: Tensor, msg: Tensor, read: Tensor, msg_rows: Tensor,
                      extra: Optional[Tensor], weight: Tensor) -> Tensor:
-    """``w^T relu(p)`` of :func:`successor_pre`'s rows ``[c, 2, S]`` (a linear readout's
+    """``w^T relu(p)`` of :func:`gathered_pre`'s rows ``[c, 2, S]`` (a linear readout's
     one-layer unit MLP); compiled, the ``[c, 2, S, H]`` rows are never stored."""
-    return torch.relu(successor_pre(pre, msg, read, msg_rows, extra)).matmul(weight)
+    return torch.relu(gathered_pre(pre, msg, read, msg_rows, extra)).matmul(weight)
 
 
 _COMPILED: dict = {}
@@ -252,7 +259,7 @@ _COMPILED: dict = {}
 def compiled(fn):
     """``fn`` compiled by ``torch.compile`` (dynamic shapes), once per process.
 
-    :class:`SuccessorValues` runs its three kernels (:func:`successor_pre`,
+    :class:`SuccessorValues` runs its three kernels (:func:`gathered_pre`,
     :func:`successor_scores`, :func:`pooled_values`) through this where the head's
     ``compiled`` flag is set (``train.compile``) and autograd is off: the valuation of
     every candidate in a decision and in the TD targets, the largest memory-bound part of
@@ -349,14 +356,9 @@ class SuccessorValues:
         """:func:`successor_pre` of the candidates, with the messages transformed as
         this object keeps them (all at once, or lazily)."""
         if not self.lazy:
-            return successor_pre(self.pre, self.msg, read, msg, extra)
-        c, _, S = read.shape
-        H = self.pre.size(1)
-        out = self.pre.index_select(0, read.reshape(-1)).add_(self._message_pre(msg.reshape(-1)))
-        out = out.view(c, 2, S, H)
-        if extra is not None:
-            out[:, 0] += self._message_pre(extra.reshape(-1)).view(c, S, H)
-        return out
+            return gathered_pre(self.pre, self.msg, read, msg, extra)
+        return successor_pre(self.pre, read, self._message_pre(msg.reshape(-1)),
+                             None if extra is None else self._message_pre(extra.reshape(-1)))
 
     def values(self, graph: Tensor, read: Tensor, msg: Tensor, extra: Optional[Tensor],
                write: Tensor, pool: Tensor) -> Tuple[Tensor, "Successors"]:
@@ -381,7 +383,7 @@ class SuccessorValues:
             return total.add_(self.bias), Successors(pre, read, msg, extra, score, change, write, graph)
         index = self.index
         changed = write[:, 1] != index.num_units  # [c, S] the candidate changes a target row
-        pre = compiled(successor_pre)(self.pre, self.msg, read, msg, extra) if fast else \
+        pre = compiled(gathered_pre)(self.pre, self.msg, read, msg, extra) if fast else \
             self._pre(read, msg, extra)
         h = self._hidden(pre, changed)
         base = self.head.pool_base(None, index, self.hidden[:index.num_units])
