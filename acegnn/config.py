@@ -233,16 +233,24 @@ RESUMABLE_KEYS = ("halt_after", "progress", "total_samples", "stop_on_success",
                   "device", "compile", "flush_denormal")
 
 
+#: Environment keys that may differ too: where football's engines run (processes or Ray
+#: actors, and Ray's address and CPUs per actor) plays the same games.
+ENV_RESUMABLE_KEYS = ("backend", "ray_address", "ray_cpus")
+
+
 def comparable(config: dict) -> dict:
     """The config without the keys a resumed run may change."""
-    out = {k: v for k, v in config.items() if k != "train"}
+    out = {k: v for k, v in config.items() if k not in ("train", "env")}
     out["train"] = {k: v for k, v in config.get("train", {}).items() if k not in RESUMABLE_KEYS}
+    env = config.get("env")
+    out["env"] = ({k: v for k, v in env.items() if k not in ENV_RESUMABLE_KEYS}
+                  if isinstance(env, dict) else env)
     return out
 
 
 def check_resumable(saved: dict, cfg: ExperimentConfig, source: str) -> None:
     """Refuse to resume a checkpoint (config ``saved``) with a config that differs in
-    more than :data:`RESUMABLE_KEYS`. The saved config goes through the dataclasses, so
+    more than :data:`RESUMABLE_KEYS` and :data:`ENV_RESUMABLE_KEYS`. The saved config goes through the dataclasses, so
     keys added to the package since the run started get their defaults, which is what
     the run used."""
     if comparable(to_dict(from_dict(saved))) != comparable(to_dict(cfg)):

@@ -25,10 +25,13 @@ medians over rounds. Beside the measured rate, each measurement records:
   those in which other processes used less than ``--quiet`` cores; ``--quiet-rounds N``
   goes on measuring (up to ``--max-minutes``) until every setting has ``N`` of them.
 
-``--quick`` (the smoke test) runs 4 games on 1 and 2 processes for a few steps.
+``--backend ray`` runs the engines as Ray actors (``env.backend: ray``, a Ray started
+on this machine) instead of processes. ``--quick`` (the smoke test) runs 4 games on 1 and
+2 processes for a few steps.
 
     python scripts/bench_grf.py                       # 8 games, 1/2/4 processes
     python scripts/bench_grf.py --quiet-rounds 3 --max-minutes 30 --json grf.json
+    python scripts/bench_grf.py --workers 2 --backend ray     # engines as Ray actors
     python scripts/bench_grf.py --quick
 """
 from __future__ import annotations
@@ -89,7 +92,8 @@ def measure(args) -> list:
 
     torch.set_num_threads(1)
     workers = args.workers
-    tasks = {w: GRFTask(args.scenario, args.envs, seed=0, num_workers=w) for w in workers}
+    tasks = {w: GRFTask(args.scenario, args.envs, seed=0, num_workers=w, backend=args.backend)
+             for w in workers}
     records = []
     try:
         policies = {w: _policies(tasks[w], args.hidden, seed=w) for w in workers}
@@ -180,13 +184,18 @@ def _machine() -> dict:
             "torch": torch.__version__, "python": platform.python_version(), "shared": True}
 
 
+#: How the table names each ``--backend``.
+ENGINES = {"process": "processes", "ray": "Ray actors"}
+
+
 def _table(res: dict) -> str:
     m, ws = res["machine"], res["workers"]
     def fmt(v, spec):  # "-" where a figure is missing (no quiet round)
         width = int("".join(ch for ch in spec.split(",")[0].split(".")[0] if ch.isdigit()))
         return f"{v:{spec}}" if v is not None else f"{'-':>{width}}"
 
-    lines = [f"GRF {res['scenario']}, {res['envs']} games, {res['steps']} collection steps a "
+    lines = [f"GRF {res['scenario']}, {res['envs']} games, engines as {ENGINES[res['backend']]}, "
+             f"{res['steps']} collection steps a "
              f"measurement, {res['rounds']} rounds; {m['cores']} cores (autogroup "
              f"{m['sched_autogroup']}), load {m['load_avg_1m']} at the start, "
              f"{m['load_avg_1m_end']} at the end", ""]
@@ -228,6 +237,8 @@ def main(argv=None) -> int:
     parser.add_argument("--max-minutes", type=float, default=30.0,
                         help="stop waiting for quiet rounds after this long")
     parser.add_argument("--hidden", type=int, default=128)
+    parser.add_argument("--backend", choices=["process", "ray"], default="process",
+                        help="engines as processes or Ray actors (env.backend)")
     parser.add_argument("--quick", action="store_true", help="a short run (the smoke test)")
     parser.add_argument("--json", help="also write the results here")
     args = parser.parse_args(argv)
@@ -245,6 +256,7 @@ def main(argv=None) -> int:
     records = measure(args)
     machine["load_avg_1m_end"] = round(os.getloadavg()[0], 2)
     res = {"scenario": args.scenario, "envs": args.envs, "workers": args.workers,
+           "backend": args.backend,
            "steps": args.steps, "rounds": 1 + max(r["round"] for r in records),
            "quiet": args.quiet, "quick": args.quick, "machine": machine,
            **summarise(records, args.workers, args.quiet), "records": records}

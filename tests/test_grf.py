@@ -88,6 +88,12 @@ def test_bad_settings_are_refused_with_the_value():
         GRFConfig(step_timeout=-1)
     with pytest.raises(ValueError, match="num_workers must be a positive integer.*0"):
         EnginePool("academy_3_vs_1_with_keeper", 2, 0, seed=0)
+    with pytest.raises(ValueError, match=r"env.backend must be one of \['process', 'ray'\].*'mpi'"):
+        GRFConfig(backend="mpi")
+    with pytest.raises(ValueError, match="env.ray_cpus must be positive.*0"):
+        GRFConfig(ray_cpus=0)
+    with pytest.raises(ValueError, match=r"backend must be one of .*'threads'"):
+        EnginePool("academy_3_vs_1_with_keeper", 2, 1, seed=0, backend="threads")
     with pytest.raises(ValueError, match="unknown player role 'XX'"):
         Layout(ball=(0, 0), left=((-1, 0, "GK"), (0, 0, "XX")), right=((-1, 0, "GK"),))
     with pytest.raises(ValueError, match=r"agents must be distinct left players in 0..1 .*\(5,\)"):
@@ -492,6 +498,101 @@ def test_evaluation_plays_the_same_episodes_for_the_same_seed():
         other.close()
 
 
+# Engines as Ray actors (env.backend: ray) --------------------------------------------------
+@pytest.fixture(scope="module")
+def local_ray():
+    """A Ray on this machine for this module's pools (started by the first pool)."""
+    ray = pytest.importorskip("ray")
+    yield ray
+    ray.shutdown()
+
+
+def test_ray_actors_play_the_same_episodes_as_engine_processes(local_ray):
+    def steps(pool, n=155):
+        gen = np.random.default_rng(0)
+        out = []
+        for _ in range(n):
+            acts = np.stack([[gen.choice(np.flatnonzero(a)) for a in env] for env in pool.avail])
+            out.append(pool.step(acts))
+        pool.reseed(11)
+        out.append((pool.units.copy(), pool.avail.copy(), pool.sticky.copy()))
+        return out
+
+    process = EnginePool("academy_3_vs_1_with_keeper", num_envs=3, num_workers=2, seed=5)
+    actors = EnginePool("academy_3_vs_1_with_keeper", num_envs=3, num_workers=2, seed=5,
+                        backend="ray")
+    try:
+        assert local_ray.is_initialized() and len(actors.pids) == 2
+        assert not set(actors.pids) & {os.getpid(), *process.pids}
+        ours, theirs = steps(process), steps(actors)
+        ends = sum(int((s.terminated | s.truncated).sum()) for s in ours[:-1])
+        assert ends >= 3  # every game reached an end (the time limit at the latest) and reset
+        for a, b in zip(ours, theirs):
+            for x, y in zip(a, b):
+                np.testing.assert_array_equal(x, y)
+    finally:
+        process.close()
+        actors.close()
+
+    def policy(graphs):  # the owner shoots, everyone else runs right
+        avail = graphs["action"].available.view(-1, 19)
+        return torch.where(avail[:, A["shot"]], A["shot"], A["right"])
+
+    # a task on actors evaluates as one on processes (its evaluation games are actors too)
+    cfg = dict(scenario="academy_3_vs_1_with_keeper", num_envs=2, num_workers=2, eval_envs=2)
+    one, other = GRFConfig(**cfg).make(0), GRFConfig(backend="ray", **cfg).make(0)
+    try:
+        assert one.evaluate(policy, episodes=4, seed=7) == other.evaluate(policy, episodes=4,
+                                                                           seed=7)
+        assert other._eval[2].pool.backend == "ray"
+    finally:
+        one.close()
+        other.close()
+
+
+def test_a_dead_hung_or_raising_ray_actor_is_replaced(local_ray):
+    pool = EnginePool("academy_3_vs_1_with_keeper", num_envs=4, num_workers=2, seed=0,
+                      backend="ray", step_timeout=3.0)
+    idle = np.zeros((4, 3), dtype=np.int64)
+    try:
+        local_ray.kill(pool.workers[1].actor, no_restart=True)
+        out = pool.step(idle)
+        assert out.dropped.tolist() == [False, False, True, True]
+        assert "(a Ray actor, environments 2-3) died" in pool.events[0]
+        assert np.array_equal(out.units[2:], pool.units[2:])  # dropped rows: the new starts
+        assert not pool.step(idle).dropped.any() and pool.failures == [0, 0]
+        stuck = pool.pids[0]
+        os.kill(stuck, signal.SIGSTOP)  # alive, never answers
+        t0 = time.monotonic()
+        out = pool.step(idle)
+        assert 3.0 <= time.monotonic() - t0 < 60
+        assert out.dropped.tolist() == [True, True, False, False]
+        assert "did not answer within 3 s (hung)" in pool.events[1]
+        bad = idle.copy()
+        bad[3, 2] = 99  # an action id gfootball does not know: the engine raises
+        assert pool.step(bad).dropped.tolist() == [False, False, True, True]
+        assert "raised" in pool.events[2] and pool.restarts == 3
+        assert not pool.step(idle).dropped.any()
+    finally:
+        pool.close()
+    for _ in range(50):
+        if not os.path.exists(f"/proc/{stuck}"):
+            break
+        time.sleep(0.1)
+    assert not os.path.exists(f"/proc/{stuck}")
+
+
+def test_a_run_resumes_on_the_other_backend_but_not_under_other_rules():
+    from acegnn.config import check_resumable, load_config, to_dict
+
+    config = os.path.join(ROOT, "configs", "grf_3_vs_1_with_keeper.yaml")
+    saved = to_dict(load_config(config, []))
+    check_resumable(saved, load_config(config, ["env.backend=ray", "env.ray_cpus=0.5",
+                                                "env.ray_address=auto"]), "run")
+    with pytest.raises(ValueError, match="different config"):
+        check_resumable(saved, load_config(config, ["env.backend=ray", "env.reward=cds"]), "run")
+
+
 # The command line and the benchmark -------------------------------------------------------
 @pytest.mark.parametrize("config,lr,decay", [
     ("configs/grf_3_vs_1_with_keeper.yaml", 0.002, 50_000),
@@ -563,9 +664,13 @@ def test_a_tiny_training_run_through_the_command_line(tmp_path, config):
     assert "env_steps_per_s" in train
 
 
-def test_bench_grf_quick_reports_every_figure(tmp_path):
+@pytest.mark.parametrize("backend,engines", [("process", "processes"), ("ray", "Ray actors")])
+def test_bench_grf_quick_reports_every_figure(tmp_path, backend, engines):
+    if backend == "ray":
+        pytest.importorskip("ray")
     out = tmp_path / "grf.json"
-    text = subprocess.run([sys.executable, "scripts/bench_grf.py", "--quick", "--json", str(out)],
+    text = subprocess.run([sys.executable, "scripts/bench_grf.py", "--quick", "--json", str(out),
+                           "--backend", backend],
                           cwd=ROOT, capture_output=True, text=True, check=True,
                           env=dict(os.environ, OMP_NUM_THREADS="1")).stdout
     res = json.loads(out.read_text())
@@ -579,3 +684,4 @@ def test_bench_grf_quick_reports_every_figure(tmp_path):
         assert res["speedup_2_vs_1"][policy] > 0 and res["projected_speedup_2_vs_1"][policy] > 0
     assert len(res["records"]) == 4 and res["rounds"] == 1
     assert "ACE acting, all rounds" in text and "projected, free cores" in text
+    assert res["backend"] == backend and f"engines as {engines}," in text

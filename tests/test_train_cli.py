@@ -425,3 +425,71 @@ def test_denormals_are_flushed_while_training_only(tmp_path, monkeypatch, flush)
     monkeypatch.setattr(torch, "set_flush_denormal", lambda on: calls.append(on) or real(on))
     assert train(tmp_path, "a", f"train.flush_denormal={str(flush).lower()}") == 0
     assert calls == ([True, False] if flush else [])
+
+
+# Collection overlapped with learning (train.overlap) -------------------------------------
+def test_overlap_collects_each_round_with_the_network_before_the_last_updates(tmp_path,
+                                                                              monkeypatch):
+    """Round k + 1 is collected, during round k's updates, by a copy of the network as it
+    was before them; evaluations use the learner itself."""
+    from acegnn.algos.trainer import Trainer
+    from acegnn.config import load_config
+    from acegnn.run import make_learner, make_task
+
+    cfg = load_config(CONFIG, TINY + ["train.overlap=true"])
+    task = make_task(cfg)
+    learner = make_learner(cfg, task)
+    loop = Trainer(task, learner, cfg.train, cfg.seed, str(tmp_path))
+
+    def flat(net):
+        return torch.cat([p.detach().flatten() for p in net.parameters()]).clone()
+
+    starts, acts = [], []  # the learner's weights as each round's updates begin; act calls
+    learn = loop.learn
+    monkeypatch.setattr(loop, "learn", lambda: (starts.append(flat(learner.net)), learn())[1])
+    act = type(learner).act
+
+    def recording_act(self, graphs, epsilon=0.0, generator=None):
+        acts.append((self is learner, len(starts), flat(self.net), epsilon))
+        return act(self, graphs, epsilon, generator)
+
+    monkeypatch.setattr(type(learner), "act", recording_act)
+    loop.train()
+    rounds = len(starts)
+    assert rounds >= 4 and loop.updates == 2 * rounds
+    ahead = [(k, w) for own, k, w, eps in acts if not own]
+    assert {k for k, _ in ahead} == set(range(1, rounds + 1))  # one round during each updates
+    for k, w in ahead:
+        assert torch.equal(w, starts[k - 1]), k
+    assert not torch.equal(starts[0], starts[-1])  # (the weights did change)
+    first = [(k, eps) for own, k, _, eps in acts if own and eps > 0]
+    assert first and {k for k, _ in first} == {0}  # the learner collects the first round only
+    assert loop.samples == 256 * (rounds + 1)  # the last round collected is not learned from
+
+
+def test_overlap_in_a_thread_trains_as_the_same_schedule_without_one(tmp_path, monkeypatch):
+    from acegnn.algos.trainer import Trainer
+
+    assert train(tmp_path, "thread", "train.overlap=true") == 0
+    assert train(tmp_path, "plain") == 0
+    monkeypatch.setattr(Trainer, "_ahead_in_thread", False)
+    assert train(tmp_path, "inline", "train.overlap=true") == 0
+    assert_same_run(tmp_path / "thread", tmp_path / "inline")
+    # the collecting policy's lag changes what is learned
+    a = torch.load(tmp_path / "thread" / "checkpoint.pt", weights_only=True)["learner"]["net"]
+    b = torch.load(tmp_path / "plain" / "checkpoint.pt", weights_only=True)["learner"]["net"]
+    assert any(not torch.equal(a[k], b[k]) for k in a)
+
+
+def test_an_overlapped_run_resumes_exactly(tmp_path):
+    assert train(tmp_path, "full", "train.overlap=true") == 0
+    assert train(tmp_path, "cut", "train.overlap=true", "train.halt_after=768") == 3
+    assert main(["train", "--resume", str(tmp_path / "cut")]) == 0
+    assert_same_run(tmp_path / "full", tmp_path / "cut")
+
+
+def test_overlap_is_refused_by_the_on_policy_loop(tmp_path, capsys):
+    ppo = os.path.join(os.path.dirname(__file__), "..", "configs", "spiders_fly_5x5_ppo.yaml")
+    assert main(["train", ppo, "train.overlap=true", "train.progress=false",
+                 f"run.dir={tmp_path}", "run.name=p"]) == 2
+    assert "train.overlap is not read by the on-policy loop of ACEPPO" in capsys.readouterr().err

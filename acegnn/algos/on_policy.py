@@ -26,7 +26,8 @@ from acegnn.algos.trainer import TrainConfig, TrainingLoop
 from acegnn.envs.base import EvalResult, VecTask
 
 #: ``train`` keys only the off-policy loop reads.
-OFF_POLICY_KEYS = ("buffer_size", "learning_starts", "eps_start", "eps_end", "eps_decay")
+OFF_POLICY_KEYS = ("buffer_size", "learning_starts", "eps_start", "eps_end", "eps_decay",
+                   "overlap")
 
 
 class Trajectories(NamedTuple):

@@ -17,12 +17,14 @@ A learner names its loop in its ``loop`` attribute (``"off_policy"`` when it has
 from __future__ import annotations
 
 import abc
+import copy
 import inspect
 import os
 import sys
+import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, Optional, Protocol, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, List, Optional, Protocol, Sequence, Tuple, Union
 
 import torch
 from torch import Tensor
@@ -104,6 +106,12 @@ class TrainConfig:
     denormal, whose arithmetic is many times slower on x86 CPUs: a football update of the
     recommended config took 1.5 times as long at 300k steps without it. Values below
     1.2e-38 become 0; ``false`` keeps PyTorch's default."""
+    overlap: bool = False
+    """Collect the next round while the learner updates (the off-policy loop): a thread
+    collects round k+1 with a copy of the network as it was before round k's updates,
+    so engines and learner work at the same time; the collecting policy is one round
+    older than without. Updates per collected episode are unchanged; the round collected
+    during the last updates is not learned from. A change of what is learned."""
 
     def replay_capacity(self, num_envs: int) -> int:
         """Transitions the replay buffer holds: no more than the run can collect, which
@@ -386,7 +394,8 @@ class TrainingLoop(abc.ABC):
                     learned["zero_weights"] = zero_fraction(net)
                 metrics.update(learned)
                 t2 = time.perf_counter()
-                metrics["env_steps_per_s"] = (self.samples - before) / max(t1 - t0, 1e-9)
+                if "env_steps_per_s" not in metrics:  # (a round collected ahead has its own)
+                    metrics["env_steps_per_s"] = (self.samples - before) / max(t1 - t0, 1e-9)
                 metrics["updates"] = self.updates
                 row: Dict[str, float] = {}
                 if crossed(before, self.samples, cfg.eval_every):
@@ -441,6 +450,21 @@ class TrainingLoop(abc.ABC):
                 **{f"eval_{k}": v for k, v in self.last_eval.items()}}
 
 
+def _owned(step: Step) -> Step:
+    """``step`` with every tensor copied: a step held past the collector's next step
+    must not share memory a task may reuse."""
+    def own(x: Any) -> Any:
+        if isinstance(x, Tensor):
+            return x.clone()
+        if isinstance(x, dict):
+            return {k: own(v) for k, v in x.items()}
+        if isinstance(x, tuple):
+            return type(x)(*(own(v) for v in x))
+        return x
+
+    return own(step)
+
+
 class Trainer(TrainingLoop):
     """The off-policy loop: epsilon-greedy collection into a replay buffer, then
     ``train.updates_per_collect`` updates on replayed batches. Arguments as
@@ -453,7 +477,17 @@ class Trainer(TrainingLoop):
     step the task dropped (a restarted engine) end there, bootstrapping from the last
     state it reached, as at a time limit: they are real steps, but no step follows them
     in their episode (discarding them would lose data that ``nstep = 1`` keeps).
+
+    With ``train.overlap`` each round's updates run beside a thread that collects the
+    next round (:meth:`learn`); its steps are held and stored once the updates are done,
+    so the updates never see them and the two threads share nothing but the task's
+    read-only caches. Checkpoints and evaluations come between rounds, with no thread
+    running.
     """
+
+    #: ``train.overlap`` collects in a thread; False: in the training thread after the
+    #: updates, the same schedule without concurrency (a reference for the tests).
+    _ahead_in_thread = True
 
     def __init__(self, task: VecTask, learner: Learner, cfg: TrainConfig, seed: int,
                  run_dir: str, config: Optional[dict] = None,
@@ -474,8 +508,15 @@ class Trainer(TrainingLoop):
                                       task.n_agents)
         self._envs = torch.arange(task.num_envs)
         self.epsilon = cfg.eps_start
+        self._actor: Optional[Any] = None  # overlap: the learner's copy that collects ahead
+        self._acting = learner  # who acts in _explore
+        self._held: Optional[List[Step]] = None  # steps collected ahead, stored after updates
+        self._ahead: Optional[Dict[str, float]] = None  # metrics of the round collected ahead
 
     def _store(self, step: Step) -> None:
+        if self._held is not None:  # collected ahead: stored after the updates
+            self._held.append(_owned(step))
+            return
         tr = step.transition
         if self.window is None:
             self.buffer.add(step.obs, step.actions, tr.reward, tr.terminated, tr.next_obs)
@@ -495,26 +536,79 @@ class Trainer(TrainingLoop):
     def _explore(self, graphs: Batch) -> Union[Tensor, Tuple[Tensor, Dict[str, Tensor]]]:
         cfg = self.cfg
         self.epsilon = linear_epsilon(self.samples, cfg.eps_start, cfg.eps_end, cfg.eps_decay)
-        actions = self.learner.act(graphs, self.epsilon, self.collect_gen)
+        actions = self._acting.act(graphs, self.epsilon, self.collect_gen)
         if self.window is None:
             return actions
         return actions, {"env": self._envs}  # which rows reach the sink (drops remove some)
 
     # One round ------------------------------------------------------------------------
     def collect(self) -> Dict[str, float]:
+        if self._ahead is not None:  # this round was collected during the last updates
+            stats, self._ahead = self._ahead, None
+            return stats
         stats = self._collect_with(self._explore)
         return {"epsilon": self.epsilon, **stats}
 
     def learn(self) -> Dict[str, float]:
-        cfg, task = self.cfg, self.task
+        cfg = self.cfg
         if self.samples < cfg.learning_starts or len(self.buffer) == 0:
             return {}  # (n-step: the first steps may all be pending still)
+        ahead = self._collect_ahead() if cfg.overlap and cfg.updates_per_collect else None
         totals: Dict[str, float] = {}
-        for _ in range(cfg.updates_per_collect):
-            m = self.update_once()
-            for k, v in m.items():
-                totals[k] = totals.get(k, 0.0) + v / cfg.updates_per_collect
+        try:
+            for _ in range(cfg.updates_per_collect):
+                m = self.update_once()
+                for k, v in m.items():
+                    totals[k] = totals.get(k, 0.0) + v / cfg.updates_per_collect
+        finally:
+            if ahead is not None:
+                self._finish_ahead(*ahead)
         return totals
+
+    def _collect_ahead(self) -> Tuple[Optional[threading.Thread], Dict[str, Any]]:
+        """Start collecting the next round (``train.overlap``) with a copy of the network
+        as it is now, in a thread (or, for tests, at :meth:`_finish_ahead`)."""
+        if self._actor is None:
+            self._actor = copy.copy(self.learner)
+            self._actor.net = copy.deepcopy(self.learner.net)
+        else:
+            self._actor.net.load_state_dict(self.learner.net.state_dict())
+        self._held, out = [], {}
+
+        def run() -> None:
+            try:
+                if self.cfg.flush_denormal:
+                    torch.set_flush_denormal(True)  # (a flag of each thread)
+                self._acting = self._actor
+                before, t0 = self.samples, time.perf_counter()
+                stats = self._collect_with(self._explore)
+                rate = (self.samples - before) / max(time.perf_counter() - t0, 1e-9)
+                out["stats"] = {"epsilon": self.epsilon, **stats, "env_steps_per_s": rate}
+            except BaseException as e:  # raised again by the training thread
+                out["error"] = e
+            finally:
+                self._acting = self.learner
+
+        if not self._ahead_in_thread:
+            out["run"] = run
+            return None, out
+        thread = threading.Thread(target=run, name="acegnn-collect-ahead", daemon=True)
+        thread.start()
+        return thread, out
+
+    def _finish_ahead(self, thread: Optional[threading.Thread], out: Dict[str, Any]) -> None:
+        """Wait for the round collected ahead, store its steps and keep its metrics for
+        the next :meth:`collect`."""
+        if thread is None:
+            out.pop("run")()
+        else:
+            thread.join()
+        held, self._held = self._held, None
+        if "error" in out:
+            raise out["error"]
+        for step in held:
+            self._store(step)
+        self._ahead = out["stats"]
 
     def batch(self, sample: ReplaySample) -> Tuple[tuple, Dict[str, Any]]:
         """The learner's update arguments for a replayed sample: graphs of ``s`` and
@@ -546,7 +640,8 @@ class Trainer(TrainingLoop):
 
     # Checkpoints: the replay buffer and the pending n-step steps -----------------------
     def state_dict(self) -> dict:
-        out = {**super().state_dict(), "buffer": self.buffer.state_dict()}
+        out = {**super().state_dict(), "buffer": self.buffer.state_dict(),
+               "ahead": self._ahead}  # (overlap: the next round is in the buffer already)
         if self.window is not None:
             out["nstep_window"] = self.window.state_dict()
         return out
@@ -568,6 +663,7 @@ class Trainer(TrainingLoop):
                 f"filled up and still holds every transition collected. Start a new run "
                 f"with the new budget instead") from e
         super().load_state_dict(state, source)
+        self._ahead = state.get("ahead")
         if self.window is not None:
             if "nstep_window" not in state:
                 raise ValueError(f"{source} holds no pending n-step steps (algo.nstep={self.nstep})")

@@ -17,6 +17,7 @@ from ray import tune
 
 from acegnn.study.spec import Study, Trial
 from acegnn.study.trial import finished, headline, progress_line, train_trial
+from acegnn.utils.ray_local import start_local_ray
 
 
 #: Lines of a failed trial's error that :class:`Progress` prints.
@@ -142,7 +143,7 @@ def run_study(study: Study, address: Optional[str] = None, num_cpus: Optional[in
         return []
     os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")  # Tune's own tables: Progress says it
     if address is None:
-        ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=False)
+        start_local_ray(num_cpus)
     else:
         _connect(address)
     try:

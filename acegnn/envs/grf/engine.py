@@ -19,9 +19,10 @@ seed, and the order in which the engine processes the two teams, from its own
 generator, so a seed plays the same episodes in any process.
 
 An :class:`EnginePool` splits the games over ``num_workers`` processes started by a
-*forkserver* and steps them in parallel. A process that dies, raises, or does not answer
-within ``step_timeout`` seconds is killed and started again with fresh games. Its
-environments are marked ``dropped`` for that step, and a warning is logged.
+*forkserver* (or Ray actors, ``backend="ray"``) and steps them in parallel. A worker that
+dies, raises, or does not answer within ``step_timeout`` seconds is killed and started
+again with fresh games. Its environments are marked ``dropped`` for that step, and a
+warning is logged.
 
 See docs/grf.md ("The rules", "Engine processes") for the sources of the rules and the
 choice of processes.
@@ -35,12 +36,13 @@ import random
 import signal
 import time
 import traceback
-from multiprocessing.connection import Connection, wait
+from multiprocessing.connection import Connection
 from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 import numpy as np
 
 from acegnn.envs.grf.scenarios import GRFScenario, get_scenario
+from acegnn.utils.ray_local import start_local_ray
 
 log = logging.getLogger(__name__)
 
@@ -231,27 +233,52 @@ class Game:
         self.env.close()
 
 
-# Engine processes -----------------------------------------------------------------------
+# Engine workers ------------------------------------------------------------------------
+class _Games:
+    """The games of one engine worker (a process or a Ray actor) and the pool's commands
+    to them; each answer is a message ``(command, payload)``, as the pool reads it."""
+
+    def __init__(self, scenario: GRFScenario, seeds: List[int], options: dict) -> None:
+        self.games: List[Game] = []
+        for s in seeds:
+            self.games.append(Game(scenario, s, **options))
+
+    def current(self) -> Tuple[np.ndarray, np.ndarray, np.ndarray, float]:
+        """The games' current states, and the CPU seconds this worker has used."""
+        g = self.games
+        return (np.stack([x.units for x in g]), np.stack([x.avail for x in g]),
+                np.stack([x.sticky for x in g]), time.process_time())
+
+    def handle(self, cmd: str, arg: Any) -> tuple:
+        if cmd == "ready":
+            return "ready", self.current()
+        if cmd == "step":
+            steps = [g.step(a) for g, a in zip(self.games, arg)]
+            return "step", (tuple(np.stack(v) for v in zip(*steps)), self.current())
+        if cmd == "reseed":
+            for g, s in zip(self.games, arg):
+                g.reseed(s)
+            return "reseed", self.current()
+        raise ValueError(f"unknown command {cmd!r}")
+
+    def close(self) -> None:
+        for g in self.games:
+            g.close()
+        self.games = []
+
+
 def _serve(conn: Connection, scenario: GRFScenario, seeds: List[int], options: dict) -> None:
     """An engine process: its games, stepped on request (messages ``(command, arg)``)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the supervisor ends us, not Ctrl-C
-    games: List[Game] = []
+    games: Optional[_Games] = None
     try:
-        games = [Game(scenario, s, **options) for s in seeds]
-        conn.send(("ready", _current(games)))
+        games = _Games(scenario, seeds, options)
+        conn.send(games.handle("ready", None))
         while True:
             cmd, arg = conn.recv()
-            if cmd == "step":
-                steps = [g.step(a) for g, a in zip(games, arg)]
-                conn.send(("step", (tuple(np.stack(v) for v in zip(*steps)), _current(games))))
-            elif cmd == "reseed":
-                for g, s in zip(games, arg):
-                    g.reseed(s)
-                conn.send(("reseed", _current(games)))
-            elif cmd == "close":
+            if cmd == "close":
                 break
-            else:
-                raise ValueError(f"unknown command {cmd!r}")
+            conn.send(games.handle(cmd, arg))
     except (EOFError, BrokenPipeError):
         pass  # the supervisor has gone
     except BaseException:
@@ -260,19 +287,192 @@ def _serve(conn: Connection, scenario: GRFScenario, seeds: List[int], options: d
         except OSError:
             pass
     finally:
-        for g in games:
-            g.close()
+        if games is not None:
+            games.close()
 
 
-def _current(games: List[Game]) -> Tuple[np.ndarray, np.ndarray, np.ndarray, float]:
-    """The games' current states, and the CPU seconds this process has used."""
-    return (np.stack([g.units for g in games]), np.stack([g.avail for g in games]),
-            np.stack([g.sticky for g in games]), time.process_time())
+class _ProcessWorker:
+    """An engine process started by the forkserver, and the pool's end of its pipe."""
+
+    def __init__(self, w: int, scenario: GRFScenario, seeds: List[int], options: dict) -> None:
+        ctx = _context()
+        self.conn, theirs = ctx.Pipe()
+        self.process = ctx.Process(target=_serve, args=(theirs, scenario, seeds, options),
+                                   name=f"grf-engine-{w}", daemon=True)
+        self.process.start()
+        theirs.close()
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def send(self, cmd: str, arg: Any) -> bool:
+        """Send a command; false if the pipe is broken."""
+        try:
+            self.conn.send((cmd, arg))
+            return True
+        except (OSError, ValueError):
+            return False
+
+    def answer(self, deadline: float) -> Optional[tuple]:
+        """The answer to the last command, or None if none came by ``deadline``
+        (``time.monotonic``) or the pipe broke."""
+        try:
+            if self.conn.poll(max(0.0, deadline - time.monotonic())):
+                return self.conn.recv()
+        except (EOFError, OSError):
+            pass
+        return None
+
+    def gone(self) -> Optional[str]:
+        """How the worker ended, or None while it runs."""
+        self.process.join(0.5)
+        code = self.process.exitcode
+        return None if code is None else f"exited with code {code}"
+
+    def close(self) -> None:
+        """Ask the worker to end (:meth:`kill` makes sure)."""
+        self.send("close", None)
+
+    def join(self, timeout: float) -> None:
+        self.process.join(max(0.0, timeout))
+
+    def kill(self) -> None:
+        if self.process.is_alive():
+            self.process.kill()  # SIGKILL also ends a stopped process
+        self.process.join(5.0)
+        self.conn.close()
 
 
-class _Worker(NamedTuple):
-    process: Any
-    conn: Connection
+class _RayGames:
+    """The engine actor's body: :class:`_Games` whose failures are answers, as an engine
+    process sends them."""
+
+    def __init__(self, scenario: GRFScenario, seeds: List[int], options: dict) -> None:
+        self.games: Optional[_Games] = None
+        self.error: Optional[str] = None
+        try:
+            self.games = _Games(scenario, seeds, options)
+        except BaseException:
+            self.error = traceback.format_exc()
+
+    def call(self, cmd: str, arg: Any) -> tuple:
+        if self.error is not None:
+            return "error", self.error
+        try:
+            if cmd == "close":
+                self.games.close()
+                return "close", None
+            return self.games.handle(cmd, arg)
+        except BaseException:
+            return "error", traceback.format_exc()
+
+    def pid(self) -> int:
+        return os.getpid()
+
+
+_RAY_ACTOR: Optional[Any] = None
+
+
+def _ray_actor() -> Any:
+    """:class:`_RayGames` as a Ray actor class (made at the first use)."""
+    global _RAY_ACTOR
+    if _RAY_ACTOR is None:
+        import ray
+
+        _RAY_ACTOR = ray.remote(_RayGames)
+    return _RAY_ACTOR
+
+
+class _RayWorker:
+    """An engine worker as a Ray actor (``backend="ray"``): the same games and answers as
+    an engine process, on whichever node of the cluster Ray places it."""
+
+    def __init__(self, w: int, scenario: GRFScenario, seeds: List[int], options: dict,
+                 cpus: float = 1.0) -> None:
+        import ray
+
+        self.ray = ray
+        self.actor = _ray_actor().options(num_cpus=cpus, max_restarts=0).remote(
+            scenario, seeds, options)
+        self.died: Optional[str] = None
+        self.ref: Any = None
+        self._pid: Optional[int] = None
+        self.send("ready", None)  # the process sends it unasked
+
+    @property
+    def pid(self) -> int:
+        """The actor's process id (on its node)."""
+        if self._pid is None:
+            self._pid = int(self.ray.get(self.actor.pid.remote(), timeout=60))
+        return self._pid
+
+    def send(self, cmd: str, arg: Any) -> bool:
+        if self.died is not None:
+            return False
+        self.ref = self.actor.call.remote(cmd, arg)
+        return True
+
+    def answer(self, deadline: float) -> Optional[tuple]:
+        ray = self.ray
+        try:
+            return ray.get(self.ref, timeout=max(0.0, deadline - time.monotonic()))
+        except ray.exceptions.GetTimeoutError:
+            return None
+        except ray.exceptions.RayActorError as e:
+            lines = str(e).strip().splitlines()
+            self.died = lines[0] if lines else type(e).__name__
+            return None
+
+    def gone(self) -> Optional[str]:
+        return None if self.died is None else f"died ({self.died})"
+
+    def close(self) -> None:
+        self.send("close", None)
+
+    def join(self, timeout: float) -> None:
+        if self.died is None and self.ref is not None:
+            try:
+                self.ray.get(self.ref, timeout=max(0.0, timeout))
+            except Exception:
+                pass
+
+    def kill(self) -> None:
+        try:
+            self.ray.kill(self.actor, no_restart=True)
+        except Exception:
+            pass  # Ray itself has gone
+
+
+#: Where the engine workers run (:class:`EnginePool`'s ``backend``).
+BACKENDS = ("process", "ray")
+
+
+_RAY_STARTED_HERE = False
+
+
+def ray_connect(address: Optional[str]) -> float:
+    """Make sure Ray runs in this process: connect to the cluster at ``address``
+    (``ray.init``'s; ``"auto"``: the cluster this machine is a node of), or without one
+    start a Ray on this machine for this process (:func:`start_local_ray`). Nothing if
+    Ray runs here already.
+
+    Returns the factor on an engine actor's CPUs: 0 on a Ray started here, whose engines,
+    like engine processes, share the machine's cores without reserving any (so that
+    training's and evaluation's pools always fit); 1 otherwise."""
+    global _RAY_STARTED_HERE
+    try:
+        import ray
+    except ImportError:
+        raise ImportError("env.backend: ray needs Ray (pip install -e .[ray])") from None
+    if not ray.is_initialized():
+        if address is None:
+            start_local_ray()
+            _RAY_STARTED_HERE = True
+        else:
+            ray.init(address=address, log_to_driver=False)
+            _RAY_STARTED_HERE = False
+    return 0.0 if _RAY_STARTED_HERE else 1.0
 
 
 class PoolStep(NamedTuple):
@@ -322,14 +522,27 @@ class EnginePool:
         max_restarts (int, optional): Restarts of one process without a successful step
             in between (its start or its steps failing); the next failure stops the pool
             with a ``RuntimeError``. (default: :obj:`3`)
+        backend (str, optional): Where the engine workers run: ``"process"``, processes
+            on this machine, or ``"ray"``, Ray actors (anywhere in the Ray cluster),
+            supervised alike. (default: :obj:`"process"`)
+        ray_address (str, optional): With ``backend="ray"``, the Ray cluster to connect
+            to if Ray is not running in this process yet (:func:`ray_connect`); None
+            starts one on this machine.
+        ray_cpus (float, optional): CPUs Ray reserves for each engine actor on a
+            cluster; none on a Ray started here (:func:`ray_connect`). (default: :obj:`1.0`)
     """
 
     def __init__(self, scenario: "GRFScenario | str", num_envs: int, num_workers: int, seed: int,
                  time_limit: int = 150, goal_reward: float = 100.0, end_reward: float = -1.0,
                  reward: str = "paper", time_limit_terminal: bool = True,
                  step_timeout: float = 30.0, start_timeout: float = 120.0,
-                 max_restarts: int = 3) -> None:
+                 max_restarts: int = 3, backend: str = "process",
+                 ray_address: Optional[str] = None, ray_cpus: float = 1.0) -> None:
         self.scenario = get_scenario(scenario)
+        if backend not in BACKENDS:
+            raise ValueError(f"backend must be one of {list(BACKENDS)} (got {backend!r})")
+        if not ray_cpus > 0:
+            raise ValueError(f"ray_cpus must be positive (got {ray_cpus!r})")
         for key, value in (("num_envs", num_envs), ("num_workers", num_workers),
                            ("time_limit", time_limit), ("max_restarts", max_restarts)):
             if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
@@ -347,11 +560,14 @@ class EnginePool:
         self.max_restarts = int(max_restarts)
         self.groups = [g for g in np.array_split(np.arange(self.num_envs), int(num_workers))
                        if len(g)]
+        self.backend, self.ray_cpus = backend, float(ray_cpus)
+        if backend == "ray":
+            self.ray_cpus *= ray_connect(ray_address)
         sc = self.scenario
         self.units = np.zeros((self.num_envs, sc.n_units, len(UNIT_COLUMNS)), dtype=np.float32)
         self.avail = np.zeros((self.num_envs, sc.n_agents, N_ACTIONS), dtype=bool)
         self.sticky = np.zeros((self.num_envs, sc.n_agents, len(STICKY)), dtype=np.float32)
-        self.workers: List[Optional[_Worker]] = [None] * len(self.groups)
+        self.workers: List[Optional[Any]] = [None] * len(self.groups)
         self.cpu_s = [0.0] * len(self.groups)
         """CPU seconds each engine process has used since it started (as of its last
         answer)."""
@@ -372,8 +588,8 @@ class EnginePool:
 
     @property
     def pids(self) -> List[int]:
-        """The engine processes' ids, one per worker."""
-        return [w.process.pid for w in self.workers if w is not None]
+        """The engine processes' ids, one per worker (a Ray actor's on its node)."""
+        return [w.pid for w in self.workers if w is not None]
 
     def _seeds(self, seed: int) -> List[int]:
         """Game ``b``'s seed: child ``b`` of ``SeedSequence(seed)``, whatever the split."""
@@ -382,42 +598,26 @@ class EnginePool:
 
     def _start(self, which: Sequence[int], seeds: Sequence[int]) -> None:
         """Start the processes ``which`` (in parallel), games seeded ``seeds[env]``."""
-        ctx = _context()
         for w in which:
-            ours, theirs = ctx.Pipe()
             group = [seeds[b] for b in self.groups[w]]
-            proc = ctx.Process(target=_serve, args=(theirs, self.scenario, group, self.options),
-                               name=f"grf-engine-{w}", daemon=True)
-            proc.start()
-            theirs.close()
-            self.workers[w] = _Worker(proc, ours)
+            if self.backend == "ray":
+                self.workers[w] = _RayWorker(w, self.scenario, group, self.options, self.ray_cpus)
+            else:
+                self.workers[w] = _ProcessWorker(w, self.scenario, group, self.options)
         deadline = time.monotonic() + self.start_timeout
         for w in which:
-            msg = self._answer(w, deadline)
+            msg = self.workers[w].answer(deadline)
             if msg is None or msg[0] != "ready":
                 why = self._failure(w, msg, self.start_timeout)
                 self._kill(w)
                 raise RuntimeError(f"GRF engine process {w} could not start its games: {why}")
             self._store(w, msg[1])
 
-    def _answer(self, w: int, deadline: float) -> Optional[tuple]:
-        conn = self.workers[w].conn
-        try:
-            if conn.poll(max(0.0, deadline - time.monotonic())):
-                return conn.recv()
-        except (EOFError, OSError):
-            pass
-        return None
-
     def _failure(self, w: int, msg: Optional[tuple], timeout: float) -> str:
-        """Why process ``w`` gave no usable answer."""
-        proc = self.workers[w].process
+        """Why worker ``w`` gave no usable answer."""
         if msg is not None and msg[0] == "error":
             return f"raised\n{msg[1]}"
-        proc.join(0.5)
-        if proc.exitcode is not None:
-            return f"exited with code {proc.exitcode}"
-        return f"did not answer within {timeout:g} s (hung)"
+        return self.workers[w].gone() or f"did not answer within {timeout:g} s (hung)"
 
     def _store(self, w: int, current: Tuple[np.ndarray, np.ndarray, np.ndarray, float]) -> None:
         units, avail, sticky, self.cpu_s[w] = current
@@ -425,22 +625,17 @@ class EnginePool:
         self.units[g], self.avail[g], self.sticky[g] = units, avail, sticky
 
     def _kill(self, w: int) -> None:
-        worker = self.workers[w]
-        if worker is None:
-            return
-        if worker.process.is_alive():
-            worker.process.kill()  # SIGKILL also ends a stopped process
-        worker.process.join(5.0)
-        worker.conn.close()
-        self.workers[w] = None
+        if self.workers[w] is not None:
+            self.workers[w].kill()
+            self.workers[w] = None
 
     def _restart(self, w: int, why: str) -> None:
         """Kill process ``w`` and start it again with freshly seeded games, unless it has
         failed ``max_restarts`` restarts without a successful step: then a
         ``RuntimeError``."""
         group = self.groups[w]
-        pid = self.workers[w].process.pid
-        msg = (f"GRF engine process {w} (pid {pid}, environments {group[0]}-{group[-1]}) "
+        where = f"pid {self.workers[w].pid}" if self.backend == "process" else "a Ray actor"
+        msg = (f"GRF engine process {w} ({where}, environments {group[0]}-{group[-1]}) "
                f"{why}; restarting it: the {len(group)} episodes it was playing are dropped")
         log.warning(msg)
         self.events.append(msg.splitlines()[0])
@@ -464,34 +659,23 @@ class EnginePool:
                 log.warning("%s; trying again", e)
 
     def _exchange(self, cmd: str, args: Sequence[Any]) -> Tuple[Dict[int, Any], Dict[int, str]]:
-        """Send ``(cmd, args[w])`` to every process, then gather: the answers and the
-        failures by process."""
+        """Send ``(cmd, args[w])`` to every worker, then gather within ``step_timeout``:
+        the answers and the failures by worker."""
         answers: Dict[int, Any] = {}
         failed: Dict[int, str] = {}
-        pending: Dict[Connection, int] = {}
+        sent = []
         for w, worker in enumerate(self.workers):
-            try:
-                worker.conn.send((cmd, args[w]))
-                pending[worker.conn] = w
-            except (OSError, ValueError):
+            if worker.send(cmd, args[w]):
+                sent.append(w)
+            else:
                 failed[w] = self._failure(w, None, self.step_timeout)
         deadline = time.monotonic() + self.step_timeout
-        while pending:
-            ready = wait(list(pending), timeout=max(0.0, deadline - time.monotonic()))
-            if not ready:
-                break
-            for conn in ready:
-                w = pending.pop(conn)
-                try:
-                    msg = conn.recv()
-                except (EOFError, OSError):
-                    msg = None
-                if msg is None or msg[0] != cmd:
-                    failed[w] = self._failure(w, msg, self.step_timeout)
-                else:
-                    answers[w] = msg[1]
-        for w in pending.values():
-            failed[w] = self._failure(w, None, self.step_timeout)
+        for w in sent:
+            msg = self.workers[w].answer(deadline)
+            if msg is None or msg[0] != cmd:
+                failed[w] = self._failure(w, msg, self.step_timeout)
+            else:
+                answers[w] = msg[1]
         return answers, failed
 
     def step(self, actions: np.ndarray) -> PoolStep:
@@ -527,20 +711,15 @@ class EnginePool:
             self._restart(w, why)
 
     def close(self) -> None:
-        """End every engine process (idempotent)."""
-        for w, worker in enumerate(self.workers):
-            if worker is None:
-                continue
-            try:
-                worker.conn.send(("close", None))
-            except (OSError, ValueError):
-                pass
+        """End every engine worker (idempotent)."""
+        for worker in self.workers:
+            if worker is not None:
+                worker.close()
         deadline = time.monotonic() + 5.0
         for w, worker in enumerate(self.workers):
-            if worker is None:
-                continue
-            worker.process.join(max(0.0, deadline - time.monotonic()))
-            self._kill(w)
+            if worker is not None:
+                worker.join(deadline - time.monotonic())
+                self._kill(w)
 
     def __del__(self) -> None:
         try:

@@ -34,8 +34,8 @@ from torch_geometric.data import Batch
 
 from acegnn.envs.base import (EvalResult, Policy, Scene, Transition, VecTask, check_actions,
                               first_episodes)
-from acegnn.envs.grf.engine import (ACTIONS, MOVES, N_ACTIONS, REWARDS, STICKY, UNIT_COLUMNS,
-                                    EnginePool)
+from acegnn.envs.grf.engine import (ACTIONS, BACKENDS, MOVES, N_ACTIONS, REWARDS, STICKY,
+                                    UNIT_COLUMNS, EnginePool)
 from acegnn.envs.grf.scenarios import SCENARIOS, GRFScenario, get_scenario
 from acegnn.graph import ActionKind, DenseLayout, GraphSchema, dense_actions, full_edges, unit_index
 
@@ -158,6 +158,9 @@ class GRFTask(VecTask):
             answered a step counts as hung and is restarted. (default: :obj:`30.0`)
         start_timeout (float, optional): Seconds an engine process may take to start.
             (default: :obj:`120.0`)
+        backend, ray_address, ray_cpus (optional): Where the engines run, as
+            :class:`~acegnn.envs.grf.engine.EnginePool` takes them: processes on this
+            machine (default) or Ray actors.
     """
 
     def __init__(self, scenario: "str | GRFScenario" = "academy_3_vs_1_with_keeper",
@@ -165,7 +168,8 @@ class GRFTask(VecTask):
                  goal_reward: float = 100.0, end_reward: float = -1.0, reward: str = "paper",
                  time_limit_terminal: bool = True, sticky_features: bool = False,
                  eval_envs: int = 8, step_timeout: float = 30.0,
-                 start_timeout: float = 120.0) -> None:
+                 start_timeout: float = 120.0, backend: str = "process",
+                 ray_address: Optional[str] = None, ray_cpus: float = 1.0) -> None:
         self.spec = get_scenario(scenario)
         if isinstance(eval_envs, bool) or not isinstance(eval_envs, int) or eval_envs < 1:
             raise ValueError(f"eval_envs must be a positive integer (got {eval_envs!r})")
@@ -174,7 +178,8 @@ class GRFTask(VecTask):
         self._pool_args = dict(num_workers=num_workers, time_limit=time_limit,
                                goal_reward=goal_reward, end_reward=end_reward, reward=reward,
                                time_limit_terminal=time_limit_terminal,
-                               step_timeout=step_timeout, start_timeout=start_timeout)
+                               step_timeout=step_timeout, start_timeout=start_timeout,
+                               backend=backend, ray_address=ray_address, ray_cpus=ray_cpus)
         self.n_agents = self.spec.n_agents
         self.schema = grf_schema(self.n_agents, self.spec.n_right, self.sticky_features)
         self.obs_spec = {"units": ((self.spec.n_units, len(UNIT_COLUMNS)), torch.float32),
@@ -315,6 +320,15 @@ class GRFConfig:
     """Seconds before an engine process that has not answered a step is restarted."""
     start_timeout: float = 120.0
     """Seconds an engine process may take to create its games."""
+    backend: str = "process"
+    """Where the engines run: process (forkserver processes on this machine) or ray (Ray
+    actors, on any node of a Ray cluster; supervised alike). Changes no result."""
+    ray_address: Optional[str] = None
+    """backend ray: the cluster to connect to (ray.init's address; auto: the cluster this
+    machine is a node of); none starts a Ray on this machine for the run."""
+    ray_cpus: float = 1.0
+    """backend ray: CPUs Ray reserves for each engine actor on a cluster (none on the Ray a
+    run without ray_address starts, whose engines share the cores as processes do)."""
 
     def __post_init__(self) -> None:
         if self.scenario not in SCENARIOS:
@@ -329,6 +343,10 @@ class GRFConfig:
         for key in ("step_timeout", "start_timeout"):
             if not getattr(self, key) > 0:
                 raise ValueError(f"env.{key} must be positive seconds (got {getattr(self, key)!r})")
+        if self.backend not in BACKENDS:
+            raise ValueError(f"env.backend must be one of {list(BACKENDS)} (got {self.backend!r})")
+        if not self.ray_cpus > 0:
+            raise ValueError(f"env.ray_cpus must be positive (got {self.ray_cpus!r})")
         if not self.goal_reward > self.end_reward:
             raise ValueError(f"env.goal_reward must exceed env.end_reward (got "
                              f"{self.goal_reward} and {self.end_reward})")
@@ -337,4 +355,4 @@ class GRFConfig:
         return GRFTask(self.scenario, self.num_envs, seed, self.num_workers, self.time_limit,
                        self.goal_reward, self.end_reward, self.reward, self.time_limit_terminal,
                        self.sticky_features, self.eval_envs, self.step_timeout,
-                       self.start_timeout)
+                       self.start_timeout, self.backend, self.ray_address, self.ray_cpus)
