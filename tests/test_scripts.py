@@ -383,3 +383,48 @@ def test_bench_update_starts_from_a_runs_checkpoint(tmp_path):
                             "model.hidden=16", "--checkpoint", str(tmp_path / "r")], cwd=ROOT,
                            capture_output=True, text=True)
     assert other.returncode == 2 and "does not match this model" in other.stderr
+
+
+def test_scripted_focus_fire_by_hand():
+    import torch
+
+    sys.path.insert(0, os.path.join(ROOT, "scripts"))
+    from smax_scripted import focus_fire
+
+    from acegnn.envs.smac.units import (SMAX_ACTIONS, UNIT_TYPES, BattleSpec, UnitStats,
+                                        battle_graphs)
+
+    marine = UNIT_TYPES.index("marine")
+    spec = BattleSpec(3, 2, (32.0, 32.0), SMAX_ACTIONS,
+                      UnitStats((5.0,) * len(UNIT_TYPES), (9.0,) * len(UNIT_TYPES)))
+    # type, x, y, health, shield, cooldown, alive: allies 0-2, enemies 3-4
+    units = torch.tensor([[marine, 10, 10, 1.0, 0, 0, 1], [marine, 10, 12, 1.0, 0, 0, 1],
+                          [marine, 4, 11, 1.0, 0, 0, 1],
+                          [marine, 12, 10, 0.9, 0, 0, 1], [marine, 14, 12, 0.5, 0, 0, 1]]
+                         ).unsqueeze(0).float()
+    avail = torch.zeros(1, 3, 7, dtype=torch.bool)
+    avail[0, :, :5] = True  # every move and stop
+    avail[0, 0, 5:] = True  # ally 0 reaches both enemies
+    avail[0, 1, 6] = True  # ally 1 the second only; ally 2 neither
+    graphs = battle_graphs(units, avail, spec)
+    # the weakest in range (enemy 1: 0.5 left), or the closest in range (enemy 0, 2 away);
+    # ally 2 moves east towards enemy 0, the closest live one
+    assert focus_fire(spec, "weakest")(graphs).tolist() == [6, 6, 1]
+    assert focus_fire(spec, "closest")(graphs).tolist() == [5, 6, 1]
+    units[0, 3, 6] = units[0, 3, 3] = 0  # enemy 0 dead: ally 2 now heads for enemy 1 ...
+    avail[0, 2, 1] = False  # ... whose nearest move (east) is blocked: it takes the first
+    avail[0, 0, 5] = False  # available slot (north); a dead ally has only the no-op
+    units[0, 1, 6] = units[0, 1, 3] = 0
+    avail[0, 1] = False
+    avail[0, 1, 4] = True
+    assert focus_fire(spec, "weakest")(battle_graphs(units, avail, spec)).tolist() == [6, 4, 0]
+
+
+def test_scripted_focus_fire_plays_smax_battles():
+    pytest.importorskip("jaxmarl")
+    text = run(["scripts/smax_scripted.py", "--scenarios", "3m", "--episodes", "4"])
+    rows = [json.loads(line) for line in text.splitlines() if line.startswith("{")]
+    assert [(r["scenario"], r["script"], r["episodes"]) for r in rows] == \
+        [("3m", "weakest", 4), ("3m", "closest", 4)]
+    assert all(0 <= r["win_rate"] <= 1 and r["mean_steps"] > 0 for r in rows)
+    assert "enemies left" in text
