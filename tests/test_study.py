@@ -4,6 +4,8 @@ import glob
 import json
 import os
 import pathlib
+import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -319,6 +321,46 @@ variants:
     fake_trial(study, "ace", 1, [(1000, 0.6)])
     # mean 0.4, sd sqrt(0.08) = 0.283
     assert "| ace | - | 2 | 1 | 1,000 | 0.40 (+-0.28) |" in write_report(study)
+
+
+def test_results_keep_finished_curves_and_report_trials_without_run_directories(tmp_path):
+    results = tmp_path / "docs_runs"
+    study = load_study(write(tmp_path, f"""\
+env: smax
+total_samples: 3000
+seeds: [0, 1, 2]
+scenarios: [3m]
+variants:
+  ace: {{config: configs/smax_5m_vs_6m.yaml, label: ACE}}
+results: {results}
+at: [1000, 3000]
+window: 500
+"""), str(tmp_path / "study"))
+    fake_trial(study, "ace", 0, [(1000, 0.1), (3000, 0.3)], wall=300.0)  # finished: kept
+    fake_trial(study, "ace", 1, [(1100, 0.5)])  # running: not kept yet
+    results.mkdir()
+    (results / "ace_3m_seed2.csv").write_text("samples,win_rate\n900,0.7\n3100,0.9\n")
+    records = study_records(study)
+    assert sorted(r["seed"] for r in records) == [0, 1, 2]
+    assert (results / "ace_3m_seed0.csv").read_text() == \
+        (tmp_path / "study" / "ace_3m_seed0" / "eval.csv").read_text()
+    assert not (results / "ace_3m_seed1.csv").exists()
+    shutil.rmtree(tmp_path / "study")  # a new machine: only the kept files
+    text = write_report(study)
+    # seed 1 (unfinished, not kept) is gone; at 1000 (within 500): 0.1 and 0.7 -> median
+    # 0.4, percentiles 0.25 and 0.55; at 3000: 0.3 and 0.9 -> 0.6 (0.45-0.75)
+    assert "| ACE | 3m | 2 | 0.40 (0.25-0.55; 2) | 0.60 (0.45-0.75; 2) |" in text
+    assert "win rate at 1,000, 3,000 steps, each seed's evaluations within 500 steps" in text
+
+
+@pytest.mark.parametrize("text, error", [
+    (TINY + "results: [a]\n", "results must be a directory"),
+    (TINY + "at: [0]\n", "at must be a list of positive step counts (got [0])"),
+    (TINY + "window: -1\n", "window must be an integer >= 0 (got -1)"),
+])
+def test_results_at_and_window_are_checked(tmp_path, text, error):
+    with pytest.raises(ValueError, match=re.escape(error)):
+        load_study(write(tmp_path, text))
 
 
 # On a local Ray -------------------------------------------------------------------------

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import statistics
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
@@ -242,10 +243,18 @@ def plot(records: List[dict], labels: Labels, path: str, what: str = "test win r
 def study_records(study: Study) -> List[dict]:
     """Records of a study's trials that have evaluated, their curves of
     ``study.metric``; the wall-clock from a finished trial's ``study.json`` (NaN
-    before)."""
+    before). With ``study.results``, a finished trial's ``eval.csv`` is copied there,
+    and a trial whose run directory holds none is read from there."""
     out = []
     for trial in study.trials:
-        rows = read_csv(os.path.join(trial.run_dir, "eval.csv"))
+        where = os.path.join(trial.run_dir, "eval.csv")
+        kept = os.path.join(study.results, f"{trial.name}.csv") if study.results else None
+        if kept and os.path.isfile(where) and os.path.isfile(os.path.join(trial.run_dir, DONE)):
+            os.makedirs(study.results, exist_ok=True)
+            shutil.copyfile(where, kept)
+        elif kept and not os.path.isfile(where):
+            where = kept
+        rows = read_csv(where)
         curve = [(r["samples"], r[study.metric]) for r in rows if study.metric in r]
         if not curve:
             continue
@@ -278,6 +287,11 @@ def write_report(study: Study) -> str:
     text = (f"# Study {study.name}\n\n{len(records)} of {len(study.trials)} trials have "
             f"evaluated; {study.metric} of the greedy policy over seeds.\n\n"
             f"{table(records, study.labels, what)}\n{curve_table(records, study.labels, what)}")
+    if study.at:
+        text += (f"\n{what} at {', '.join(f'{x:,}' for x in study.at)} steps, each seed's "
+                 f"evaluations within {study.window:,} steps:\n\n"
+                 + mean_at(records, study.labels, list(study.at), study.window))
+    os.makedirs(study.dir, exist_ok=True)  # (absent where every curve comes from results)
     write_text(os.path.join(study.dir, "report.md"), text)
     try:
         plot(records, study.labels, os.path.join(study.dir, "curves.png"), what,

@@ -14,10 +14,18 @@
     overrides: [train.eval_every=512]   # optional: every trial, new or resumed
     resources: {cpus: 1, gpus: 0}       # optional: what Ray reserves for a trial
     max_failures: 2                     # optional: retries of a trial whose worker raised
+    results: docs/smax_runs   # optional: where finished trials' eval.csv are kept (committed)
+    at: [10000, 50000]        # optional: the report's table of the metric at these steps
+    window: 5000              # optional: ... from each seed's evaluations this near (10000)
 
 ``variants`` as a list of names takes them from the catalogue of ``env`` in
 ``configs/studies/variants.yaml`` (:func:`catalogue`). A trial is the run directory
 ``<dir>/<variant>_<scenario>_seed<seed>`` (``<variant>_seed<seed>`` without scenarios).
+
+``results`` keeps a study's curves where its run directories do not survive (a new
+machine, a cluster's scratch disk): a finished trial's ``eval.csv`` is copied there as
+``<trial>.csv``, and the report reads a trial whose run directory holds none from there,
+so ``--report`` rebuilds the tables from committed files.
 """
 from __future__ import annotations
 
@@ -32,7 +40,7 @@ import yaml
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 #: Keys of a study file, of a variant and of ``resources``.
 KEYS = ("env", "metric", "mode", "dir", "total_samples", "seeds", "scenarios", "variants",
-        "overrides", "resources", "max_failures")
+        "overrides", "resources", "max_failures", "results", "at", "window")
 VARIANT_KEYS = ("config", "overrides", "label")
 RESOURCE_KEYS = ("cpus", "gpus")
 #: Config keys a study sets for each trial: an override may not set them.
@@ -89,6 +97,12 @@ class Study:
     cpus: float = 1.0
     gpus: float = 0.0
     max_failures: int = 2
+    results: Optional[str] = None
+    """Where finished trials' ``eval.csv`` are kept as ``<trial>.csv`` (absolute)."""
+    at: Tuple[int, ...] = ()
+    """Steps at which the report tabulates the metric over seeds."""
+    window: int = 10_000
+    """Evaluations within this many steps of a point of ``at`` count for it."""
     cwd: str = "."
     """Where a trial's ``acegnn train`` runs (:func:`load_study`: the directory it was
     called from), so that relative paths in overrides resolve as on its command line."""
@@ -276,13 +290,24 @@ def load_study(path: str, study_dir: Optional[str] = None) -> Study:
         "runs", "studies", os.path.splitext(os.path.basename(path))[0])
     if not isinstance(out_dir, str):
         raise _fail(path, "dir", "a directory", out_dir)
+    results = raw.get("results")
+    if results is not None and (not isinstance(results, str) or not results):
+        raise _fail(path, "results", "a directory", results)
+    at, window = raw.get("at") or [], raw.get("window", 10_000)
+    if not isinstance(at, list) or not all(isinstance(x, int) and not isinstance(x, bool)
+                                           and x > 0 for x in at):
+        raise _fail(path, "at", "a list of positive step counts", at)
+    if isinstance(window, bool) or not isinstance(window, int) or window < 0:
+        raise _fail(path, "window", "an integer >= 0", window)
     study = Study(path=path, env=env, dir=os.path.abspath(out_dir), total_samples=total,
                   seeds=tuple(seeds),
                   variants=variants,
                   scenarios=tuple(scenarios) if scenarios else (None,),
                   overrides=_overrides(path, "overrides", raw.get("overrides")),
                   metric=metric, mode=mode, cpus=float(cpus), gpus=float(gpus),
-                  max_failures=failures, cwd=os.getcwd())
+                  max_failures=failures, cwd=os.getcwd(),
+                  results=os.path.abspath(results) if results else None, at=tuple(at),
+                  window=window)
     check_run_dirs(study)
     return study
 
