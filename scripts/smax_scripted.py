@@ -8,7 +8,7 @@ that knows SMAC's usual first lesson and nothing else, on the same battles as
 randomness). Two scripts, acting on the graphs as a learner does:
 
 * ``weakest``: every ally attacks, among the enemies in its range, the one with the
-  least health left (ties: the lowest index), so that allies in range of the same
+  least health left as a fraction of its own maximum (ties: the lowest index), so that allies in range of the same
   enemies shoot the same one; with none in range it moves towards the closest live
   enemy (the move whose direction is nearest), or stops when it cannot;
 * ``closest``: as ``weakest``, attacking the closest enemy in range.

@@ -385,10 +385,10 @@ def test_bench_update_starts_from_a_runs_checkpoint(tmp_path):
     assert other.returncode == 2 and "does not match this model" in other.stderr
 
 
-def test_scripted_focus_fire_by_hand():
+def test_scripted_focus_fire_by_hand(monkeypatch):
     import torch
 
-    sys.path.insert(0, os.path.join(ROOT, "scripts"))
+    monkeypatch.syspath_prepend(os.path.join(ROOT, "scripts"))
     from smax_scripted import focus_fire
 
     from acegnn.envs.smac.units import (SMAX_ACTIONS, UNIT_TYPES, BattleSpec, UnitStats,

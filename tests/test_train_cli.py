@@ -3,6 +3,7 @@ import csv
 import dataclasses
 import json
 import os
+import time
 
 import pytest
 import torch
@@ -464,6 +465,9 @@ def test_overlap_collects_each_round_with_the_network_before_the_last_updates(tm
     assert not torch.equal(starts[0], starts[-1])  # (the weights did change)
     first = [(k, eps) for own, k, _, eps in acts if own and eps > 0]
     assert first and {k for k, _ in first} == {0}  # the learner collects the first round only
+    greedy = [(k, w) for own, k, w, eps in acts if own and eps == 0]
+    assert greedy and all(k >= 1 for k, _ in greedy)  # evaluations, after updates: the learner
+    assert not any(not own and eps == 0 for own, _, _, eps in acts)  # (the copy only explores)
     assert loop.samples == 256 * (rounds + 1)  # the last round collected is not learned from
 
 
@@ -493,3 +497,65 @@ def test_overlap_is_refused_by_the_on_policy_loop(tmp_path, capsys):
     assert main(["train", ppo, "train.overlap=true", "train.progress=false",
                  f"run.dir={tmp_path}", "run.name=p"]) == 2
     assert "train.overlap is not read by the on-policy loop of ACEPPO" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("nstep", [1, 3])
+def test_overlap_in_a_thread_matches_the_schedule_without_one_with_n_step_returns(
+        tmp_path, monkeypatch, nstep):
+    """The held steps pass through the n-step window as they would have at once."""
+    from acegnn.algos.trainer import Trainer
+
+    extra = ["train.overlap=true", f"algo.nstep={nstep}", "algo.intermediate_discount=false",
+             "train.total_samples=1024"]
+    assert train(tmp_path, "thread", *extra) == 0
+    monkeypatch.setattr(Trainer, "_ahead_in_thread", False)
+    assert train(tmp_path, "inline", *extra) == 0
+    assert_same_run(tmp_path / "thread", tmp_path / "inline")
+
+
+def test_a_failed_update_stops_the_round_collected_ahead(tmp_path, monkeypatch):
+    """The training thread raising (a failed update, Ctrl-C) stops the thread collecting
+    ahead at its next step; its steps are dropped. The copy that collects values its
+    candidates without the compiled kernels, which stay the training thread's."""
+    import threading
+
+    from acegnn.algos.trainer import Trainer
+    from acegnn.config import load_config
+    from acegnn.nn.value_head import ValueHead
+    from acegnn.run import make_learner, make_task
+
+    cfg = load_config(CONFIG, TINY + ["train.overlap=true", "train.updates_per_collect=50"])
+    task = make_task(cfg)
+    learner = make_learner(cfg, task)
+    loop = Trainer(task, learner, cfg.train, cfg.seed, str(tmp_path))
+    learner.use_compiled(True)  # (flags only: no kernel is called below)
+    calls = []
+    update = loop.update_once
+
+    def failing_update():
+        calls.append(1)
+        if len(calls) == 3:
+            time.sleep(0.2)  # the thread is collecting by now
+            raise RuntimeError("update failed")
+        return update()
+
+    monkeypatch.setattr(loop, "update_once", failing_update)
+    monkeypatch.setattr(learner, "use_compiled", lambda on=True: 1)
+    for m in learner.net.modules():
+        if isinstance(m, ValueHead):
+            m.compiled = False  # the first round is collected by the learner, eagerly
+    loop.collect()
+    for m in learner.net.modules():
+        if isinstance(m, ValueHead):
+            m.compiled = True
+    before = len(loop.buffer)
+    t0 = time.perf_counter()
+    with pytest.raises(RuntimeError, match="update failed"):
+        loop.learn()
+    assert time.perf_counter() - t0 < 60  # not a whole round of 256 steps of 8 games
+    assert not any(t.name == "acegnn-collect-ahead" for t in threading.enumerate())
+    assert len(loop.buffer) == before and loop._held is None and loop._ahead is None
+    assert not loop._abandon.is_set() and loop._acting is learner
+    heads = [m for m in loop._actor.net.modules() if isinstance(m, ValueHead)]
+    assert heads and not any(m.compiled for m in heads)
+    assert all(m.compiled for m in learner.net.modules() if isinstance(m, ValueHead))

@@ -387,7 +387,7 @@ class TrainingLoop(abc.ABC):
                 before = self.samples
                 t0 = time.perf_counter()
                 metrics = self.collect()
-                t1 = time.perf_counter()
+                t1, collected = time.perf_counter(), self.samples - before
                 learned = self.learn()
                 net = getattr(self.learner, "net", None)
                 if learned and isinstance(net, torch.nn.Module):
@@ -395,7 +395,7 @@ class TrainingLoop(abc.ABC):
                 metrics.update(learned)
                 t2 = time.perf_counter()
                 if "env_steps_per_s" not in metrics:  # (a round collected ahead has its own)
-                    metrics["env_steps_per_s"] = (self.samples - before) / max(t1 - t0, 1e-9)
+                    metrics["env_steps_per_s"] = collected / max(t1 - t0, 1e-9)
                 metrics["updates"] = self.updates
                 row: Dict[str, float] = {}
                 if crossed(before, self.samples, cfg.eval_every):
@@ -450,6 +450,10 @@ class TrainingLoop(abc.ABC):
                 **{f"eval_{k}": v for k, v in self.last_eval.items()}}
 
 
+class _Abandoned(Exception):
+    """Stops the thread collecting ahead when the training thread has raised."""
+
+
 def _owned(step: Step) -> Step:
     """``step`` with every tensor copied: a step held past the collector's next step
     must not share memory a task may reuse."""
@@ -458,8 +462,10 @@ def _owned(step: Step) -> Step:
             return x.clone()
         if isinstance(x, dict):
             return {k: own(v) for k, v in x.items()}
-        if isinstance(x, tuple):
+        if isinstance(x, tuple) and hasattr(x, "_fields"):  # a NamedTuple
             return type(x)(*(own(v) for v in x))
+        if isinstance(x, (tuple, list)):
+            return type(x)(own(v) for v in x)
         return x
 
     return own(step)
@@ -480,9 +486,14 @@ class Trainer(TrainingLoop):
 
     With ``train.overlap`` each round's updates run beside a thread that collects the
     next round (:meth:`learn`); its steps are held and stored once the updates are done,
-    so the updates never see them and the two threads share nothing but the task's
-    read-only caches. Checkpoints and evaluations come between rounds, with no thread
-    running.
+    so the updates never see them. The thread acts with its own copy of the network,
+    valued by the eager kernels (compiled ones run on the training thread only); the two
+    threads share the task's caches (locked where written) and the collector's counters,
+    which only the collecting thread changes while it runs. Checkpoints and evaluations
+    come between rounds, with no thread running. A ``train.csv`` row of an overlapped
+    round holds the episodes of the round its updates learned from first (the one
+    collected during the previous updates), and its ``collect_s`` only the wait for the
+    thread: the collection's time is inside ``learn_s``.
     """
 
     #: ``train.overlap`` collects in a thread; False: in the training thread after the
@@ -512,6 +523,7 @@ class Trainer(TrainingLoop):
         self._acting = learner  # who acts in _explore
         self._held: Optional[List[Step]] = None  # steps collected ahead, stored after updates
         self._ahead: Optional[Dict[str, float]] = None  # metrics of the round collected ahead
+        self._abandon = threading.Event()  # set: the thread collecting ahead stops at its next step
 
     def _store(self, step: Step) -> None:
         if self._held is not None:  # collected ahead: stored after the updates
@@ -535,6 +547,8 @@ class Trainer(TrainingLoop):
 
     def _explore(self, graphs: Batch) -> Union[Tensor, Tuple[Tensor, Dict[str, Tensor]]]:
         cfg = self.cfg
+        if self._abandon.is_set():
+            raise _Abandoned()
         self.epsilon = linear_epsilon(self.samples, cfg.eps_start, cfg.eps_end, cfg.eps_decay)
         actions = self._acting.act(graphs, self.epsilon, self.collect_gen)
         if self.window is None:
@@ -560,17 +574,27 @@ class Trainer(TrainingLoop):
                 m = self.update_once()
                 for k, v in m.items():
                     totals[k] = totals.get(k, 0.0) + v / cfg.updates_per_collect
-        finally:
+        except BaseException:  # (Ctrl-C, a failed update): the round collected ahead stops
             if ahead is not None:
-                self._finish_ahead(*ahead)
+                self._abandon.set()
+                self._finish_ahead(*ahead, keep=False)
+                self._abandon.clear()
+            raise
+        if ahead is not None:
+            self._finish_ahead(*ahead)
         return totals
 
     def _collect_ahead(self) -> Tuple[Optional[threading.Thread], Dict[str, Any]]:
         """Start collecting the next round (``train.overlap``) with a copy of the network
         as it is now, in a thread (or, for tests, at :meth:`_finish_ahead`)."""
         if self._actor is None:
+            from acegnn.nn.value_head import ValueHead
+
             self._actor = copy.copy(self.learner)
             self._actor.net = copy.deepcopy(self.learner.net)
+            for m in self._actor.net.modules():  # compiled kernels: the training thread's
+                if isinstance(m, ValueHead):
+                    m.compiled = False
         else:
             self._actor.net.load_state_dict(self.learner.net.state_dict())
         self._held, out = [], {}
@@ -596,14 +620,19 @@ class Trainer(TrainingLoop):
         thread.start()
         return thread, out
 
-    def _finish_ahead(self, thread: Optional[threading.Thread], out: Dict[str, Any]) -> None:
+    def _finish_ahead(self, thread: Optional[threading.Thread], out: Dict[str, Any],
+                      keep: bool = True) -> None:
         """Wait for the round collected ahead, store its steps and keep its metrics for
-        the next :meth:`collect`."""
+        the next :meth:`collect`; with ``keep`` false (the training thread raised), drop
+        them. A thread that raised drops them too: its error is raised here, and the run
+        stops with the collector's counters past steps the replay never got."""
         if thread is None:
             out.pop("run")()
         else:
             thread.join()
         held, self._held = self._held, None
+        if not keep:
+            return
         if "error" in out:
             raise out["error"]
         for step in held:

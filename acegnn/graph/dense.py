@@ -6,6 +6,7 @@ batches here: the edge structure and action lists are shared, features are stack
 """
 from __future__ import annotations
 
+import threading
 from typing import Any, Callable, Dict, Mapping, Optional
 
 import torch
@@ -57,6 +58,7 @@ class DenseLayout:
         self.num_actions = int(actions["kind"].numel())
         self.cache_size = cache_size
         self._tiles: Dict[tuple, dict] = {}
+        self._lock = threading.Lock()  # the cache is shared by threads (train.overlap)
         self.validated = False
         if not validate:
             return
@@ -69,7 +71,18 @@ class DenseLayout:
         self._tiles.clear()
         self.validated = True
 
+    def __getstate__(self) -> dict:
+        return {k: v for k, v in self.__dict__.items() if k != "_lock"}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+
     def _tiled(self, B: int, device) -> dict:
+        with self._lock:
+            return self._tiled_unlocked(B, device)
+
+    def _tiled_unlocked(self, B: int, device) -> dict:
         key = (B, str(device))
         tiles = self._tiles.get(key)
         if tiles is not None:
@@ -155,7 +168,8 @@ class DenseLayout:
         if tiles is None:
             return None
         if any(t._version != v for _, held in tiles["by_store"] for _, t, v in held):
-            del self._tiles[key]  # written in place: no batch may reuse it
+            with self._lock:  # written in place: no batch may reuse it
+                self._tiles.pop(key, None)
             return None
         for store, held in tiles["by_store"]:
             mapping = store_of(batch, store)._mapping

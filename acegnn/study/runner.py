@@ -17,7 +17,7 @@ from ray import tune
 
 from acegnn.study.spec import Study, Trial
 from acegnn.study.trial import finished, headline, progress_line, train_trial
-from acegnn.utils.ray_local import start_local_ray
+from acegnn.utils.ray_local import connect_ray, start_local_ray
 
 
 #: Lines of a failed trial's error that :class:`Progress` prints.
@@ -108,20 +108,6 @@ def check_resources(study: Study, cluster: Dict[str, float]) -> None:
             f"(--cpus, or nodes with them)")
 
 
-def _connect(address: str) -> None:
-    """``ray.init`` on a running cluster, with an error that says what to check."""
-    try:
-        ray.init(address=address, log_to_driver=False)
-    except (ConnectionError, RuntimeError) as e:
-        auth = os.environ.get("RAY_AUTH_MODE", "disabled")
-        raise ValueError(
-            f"cannot connect to the Ray cluster at {address} ({type(e).__name__}: {e}). Is "
-            f"it running (ray status --address {address})? A cluster started with "
-            f"`ray start` authenticates with a token by default: this machine needs "
-            f"RAY_AUTH_MODE=token and the cluster's token (~/.ray/auth_token, "
-            f"RAY_AUTH_TOKEN_PATH or RAY_AUTH_TOKEN); RAY_AUTH_MODE is {auth!r} here") from e
-
-
 def run_study(study: Study, address: Optional[str] = None, num_cpus: Optional[int] = None,
               every_s: float = 30.0) -> List[Trial]:
     """Train the study's unfinished trials on Ray Tune; the trials still unfinished after
@@ -145,7 +131,7 @@ def run_study(study: Study, address: Optional[str] = None, num_cpus: Optional[in
     if address is None:
         start_local_ray(num_cpus)
     else:
-        _connect(address)
+        connect_ray(address)
     try:
         check_resources(study, ray.cluster_resources())
         tuner = tune.Tuner(

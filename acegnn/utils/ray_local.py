@@ -1,5 +1,5 @@
-"""A Ray started on this machine for this process (``acegnn study`` without
-``--address``, football's engine actors without ``env.ray_address``)."""
+"""Ray for ``acegnn study`` and football's engine actors: a Ray started on this machine
+for this process, or a running cluster joined."""
 from __future__ import annotations
 
 import os
@@ -18,3 +18,20 @@ def start_local_ray(num_cpus: Optional[int] = None) -> None:
 
     os.environ.setdefault("RAY_worker_niceness", "0")
     ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, log_to_driver=False)
+
+
+def connect_ray(address: str) -> None:
+    """``ray.init`` on the running cluster at ``address``, with an error that says what
+    to check."""
+    import ray
+
+    try:
+        ray.init(address=address, log_to_driver=False)
+    except (ConnectionError, RuntimeError) as e:
+        auth = os.environ.get("RAY_AUTH_MODE", "disabled")
+        raise ValueError(
+            f"cannot connect to the Ray cluster at {address} ({type(e).__name__}: {e}). Is "
+            f"it running (ray status --address {address})? A cluster started with "
+            f"`ray start` authenticates with a token by default: this machine needs "
+            f"RAY_AUTH_MODE=token and the cluster's token (~/.ray/auth_token, "
+            f"RAY_AUTH_TOKEN_PATH or RAY_AUTH_TOKEN); RAY_AUTH_MODE is {auth!r} here") from e

@@ -42,7 +42,7 @@ from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple
 import numpy as np
 
 from acegnn.envs.grf.scenarios import GRFScenario, get_scenario
-from acegnn.utils.ray_local import start_local_ray
+from acegnn.utils.ray_local import connect_ray, start_local_ray
 
 log = logging.getLogger(__name__)
 
@@ -410,7 +410,11 @@ class _RayWorker:
     def send(self, cmd: str, arg: Any) -> bool:
         if self.died is not None:
             return False
-        self.ref = self.actor.call.remote(cmd, arg)
+        try:
+            self.ref = self.actor.call.remote(cmd, arg)
+        except Exception as e:  # Ray itself has gone
+            self.died = f"{type(e).__name__}: {e}"
+            return False
         return True
 
     def answer(self, deadline: float) -> Optional[tuple]:
@@ -419,9 +423,8 @@ class _RayWorker:
             return ray.get(self.ref, timeout=max(0.0, deadline - time.monotonic()))
         except ray.exceptions.GetTimeoutError:
             return None
-        except ray.exceptions.RayActorError as e:
-            lines = str(e).strip().splitlines()
-            self.died = lines[0] if lines else type(e).__name__
+        except ray.exceptions.RayError as e:  # the actor died, its node or its result was lost
+            self.died = f"{type(e).__name__}: {str(e).strip()}"
             return None
 
     def gone(self) -> Optional[str]:
@@ -448,7 +451,7 @@ class _RayWorker:
 BACKENDS = ("process", "ray")
 
 
-_RAY_STARTED_HERE = False
+_RAY_STARTED_HERE: Optional[str] = None  # the address of the Ray that ray_connect started
 
 
 def ray_connect(address: Optional[str]) -> float:
@@ -468,11 +471,10 @@ def ray_connect(address: Optional[str]) -> float:
     if not ray.is_initialized():
         if address is None:
             start_local_ray()
-            _RAY_STARTED_HERE = True
+            _RAY_STARTED_HERE = ray.get_runtime_context().gcs_address
         else:
-            ray.init(address=address, log_to_driver=False)
-            _RAY_STARTED_HERE = False
-    return 0.0 if _RAY_STARTED_HERE else 1.0
+            connect_ray(address)
+    return 0.0 if ray.get_runtime_context().gcs_address == _RAY_STARTED_HERE else 1.0
 
 
 class PoolStep(NamedTuple):
@@ -617,7 +619,11 @@ class EnginePool:
         """Why worker ``w`` gave no usable answer."""
         if msg is not None and msg[0] == "error":
             return f"raised\n{msg[1]}"
-        return self.workers[w].gone() or f"did not answer within {timeout:g} s (hung)"
+        hung = f"did not answer within {timeout:g} s (hung"
+        if self.backend == "ray" and self.ray_cpus > 0:  # or never placed: no CPUs free
+            hung += (f", or Ray found no node with {self.ray_cpus:g} free CPUs for it: "
+                     f"env.ray_cpus against ray.available_resources()")
+        return self.workers[w].gone() or hung + ")"
 
     def _store(self, w: int, current: Tuple[np.ndarray, np.ndarray, np.ndarray, float]) -> None:
         units, avail, sticky, self.cpu_s[w] = current
