@@ -217,10 +217,9 @@ def plot(records: List[dict], labels: Labels, path: str, what: str = "test win r
                              squeeze=False)
     for ax, (env, scenario) in zip(axes[0], panels):
         right = 0
-        for k, (variant, label) in enumerate(labels[env].items()):
-            pts = data.get((env, variant, scenario))
-            if not pts:
-                continue
+        shown_variants = [(v, lab) for v, lab in labels[env].items() if data.get((env, v, scenario))]
+        for k, (variant, label) in enumerate(shown_variants):  # (colours of the panel's own)
+            pts = data[(env, variant, scenario)]
             x = [p[0] for p in pts]
             right = max(right, x[-1])
             ax.plot(x, [p[1] for p in pts], color=f"C{k}", label=label)
