@@ -182,13 +182,10 @@ class LearnerBase:
         """Switch the compiled candidate kernels (``train.compile``) of the value heads
         of the learner's networks; returns how many heads it switched (0: the learner
         has none, e.g. QMIX)."""
-        from acegnn.nn.value_head import ValueHead
+        from acegnn.nn.value_head import use_compiled
 
-        heads = [m for net in (self.net, getattr(self, "target_net", None))
-                 if isinstance(net, nn.Module) for m in net.modules() if isinstance(m, ValueHead)]
-        for m in heads:
-            m.compiled = bool(on)
-        return len(heads)
+        return sum(use_compiled(net, on) for net in (self.net, getattr(self, "target_net", None))
+                   if isinstance(net, nn.Module))
 
     def learning_rate(self) -> float:
         """The learning rate of the next gradient step (the config's schedule, if any)."""

@@ -560,6 +560,9 @@ class Trainer(TrainingLoop):
         if self._ahead is not None:  # this round was collected during the last updates
             stats, self._ahead = self._ahead, None
             return stats
+        return self._collect_round()
+
+    def _collect_round(self) -> Dict[str, float]:
         stats = self._collect_with(self._explore)
         return {"epsilon": self.epsilon, **stats}
 
@@ -588,13 +591,11 @@ class Trainer(TrainingLoop):
         """Start collecting the next round (``train.overlap``) with a copy of the network
         as it is now, in a thread (or, for tests, at :meth:`_finish_ahead`)."""
         if self._actor is None:
-            from acegnn.nn.value_head import ValueHead
+            from acegnn.nn.value_head import use_compiled
 
             self._actor = copy.copy(self.learner)
             self._actor.net = copy.deepcopy(self.learner.net)
-            for m in self._actor.net.modules():  # compiled kernels: the training thread's
-                if isinstance(m, ValueHead):
-                    m.compiled = False
+            use_compiled(self._actor.net, False)  # compiled kernels: the training thread's
         else:
             self._actor.net.load_state_dict(self.learner.net.state_dict())
         self._held, out = [], {}
@@ -605,9 +606,9 @@ class Trainer(TrainingLoop):
                     torch.set_flush_denormal(True)  # (a flag of each thread)
                 self._acting = self._actor
                 before, t0 = self.samples, time.perf_counter()
-                stats = self._collect_with(self._explore)
+                stats = self._collect_round()
                 rate = (self.samples - before) / max(time.perf_counter() - t0, 1e-9)
-                out["stats"] = {"epsilon": self.epsilon, **stats, "env_steps_per_s": rate}
+                out["stats"] = {**stats, "env_steps_per_s": rate}
             except BaseException as e:  # raised again by the training thread
                 out["error"] = e
             finally:

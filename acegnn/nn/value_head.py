@@ -269,6 +269,15 @@ def compiled(fn):
     return _COMPILED[fn]
 
 
+def use_compiled(module: nn.Module, on: bool = True) -> int:
+    """Set the ``compiled`` flag of every :class:`ValueHead` in ``module``; how many
+    there are."""
+    heads = [m for m in module.modules() if isinstance(m, ValueHead)]
+    for m in heads:
+        m.compiled = bool(on)
+    return len(heads)
+
+
 class Successors(NamedTuple):
     """A step's candidate successors as :meth:`SuccessorValues.values` valued them, for
     :meth:`SuccessorValues.advance`."""

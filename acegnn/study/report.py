@@ -217,8 +217,8 @@ def plot(records: List[dict], labels: Labels, path: str, what: str = "test win r
                              squeeze=False)
     for ax, (env, scenario) in zip(axes[0], panels):
         right = 0
-        shown_variants = [(v, lab) for v, lab in labels[env].items() if data.get((env, v, scenario))]
-        for k, (variant, label) in enumerate(shown_variants):  # (colours of the panel's own)
+        shown = [(v, lab) for v, lab in labels[env].items() if data.get((env, v, scenario))]
+        for k, (variant, label) in enumerate(shown):  # colours: the panel's own variants
             pts = data[(env, variant, scenario)]
             x = [p[0] for p in pts]
             right = max(right, x[-1])
