@@ -428,3 +428,26 @@ def test_scripted_focus_fire_plays_smax_battles():
         [("3m", "weakest", 4), ("3m", "closest", 4)]
     assert all(0 <= r["win_rate"] <= 1 and r["mean_steps"] > 0 for r in rows)
     assert "enemies left" in text
+
+
+def test_bench_study_reads_trial_times_and_tabulates_by_hand(tmp_path):
+    sys.path.insert(0, os.path.join(ROOT, "scripts"))
+    from bench_study import study_file, table, trial_times
+
+    path = study_file(str(tmp_path), 1024)
+    names = ["ace_seed0", "ace_seed1", "ace_wo_ia_seed0", "ace_wo_ia_seed1"]
+    for i, name in enumerate(names[:3]):
+        (tmp_path / "s" / name).mkdir(parents=True)
+        done = tmp_path / "s" / name / "study.json"
+        done.write_text(json.dumps({"samples": 1024, "wall_s": 10.0 + i}))
+        os.utime(done, (1000.0 + i, 1000.0 + i))
+    with pytest.raises(RuntimeError, match="trial ace_wo_ia_seed1 .* did not finish"):
+        trial_times(path, str(tmp_path / "s"))
+    (tmp_path / "s" / names[3]).mkdir()
+    (tmp_path / "s" / names[3] / "study.json").write_text(json.dumps({"wall_s": 4.0}))
+    times = trial_times(path, str(tmp_path / "s"))
+    assert sorted(times) == names and times["ace_seed1"] == (1001.0, 11.0)
+    text = table([{"cpus": 1, "wall_s": 60.0, "trials": times, "train_s": 37.0},
+                  {"cpus": 2, "wall_s": 40.0, "trials": times, "train_s": 38.5}])
+    assert "| 1 | 4 | 60.0 | 37.0 | 1.00x |" in text
+    assert "| 2 | 4 | 40.0 | 38.5 | 1.50x |" in text
