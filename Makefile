@@ -11,11 +11,11 @@ train: install
 
 # Default test suite, two test files at a time (pytest-xdist; a file's tests share a worker).
 test: install
-	$(PY) -m pytest -q -n 2 --dist loadfile
+	$(PY) -m pytest -q -n 2 --dist loadfile --durations=30
 
 # Also the tests marked slow.
 test-all: install
-	$(PY) -m pytest -q -n 2 --dist loadfile -m ""
+	$(PY) -m pytest -q -n 2 --dist loadfile -m "" --durations=30
 
 bench: install
 	$(PY) scripts/bench_rollout.py

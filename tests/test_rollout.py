@@ -436,3 +436,29 @@ def test_compiled_kernels_match_naive_reference(pool, layers):
     assert torch.allclose(fast.candidate_values, plain.candidate_values, atol=1e-6,
                           equal_nan=True)
     assert max_error_against_reference(net, states, fast) < 1e-5
+
+
+def test_top3_and_max_without_agree_with_sorting_where_values_tie():
+    """Max pooling's statistics by value: the three largest per feature (a tied value as
+    often as it occurs, -inf padding a short graph; without and with autograd) and the
+    largest two once one element is taken out, against sorting, on values drawn from {-inf, 0, 1, 2} so that
+    ties of every kind occur."""
+    from acegnn.nn.value_head import max_without, top3
+
+    g = torch.Generator().manual_seed(0)
+    for n in (1, 2, 3, 4, 6):
+        dense = torch.tensor([float("-inf"), 0.0, 1.0, 2.0])[
+            torch.randint(0, 4, (200, n, 5), generator=g)]
+        want = dense.sort(dim=1, descending=True).values[:, :3]
+        if n < 3:
+            want = torch.cat([want, torch.full((200, 3 - n, 5), float("-inf"))], dim=1)
+        top = top3(dense)
+        assert torch.equal(top, want), n
+        assert torch.equal(top3(dense.clone().requires_grad_()), want)  # by topk
+        out = torch.randint(0, n, (200, 1, 5), generator=g)  # the element taken out
+        value = dense.gather(1, out).squeeze(1)
+        rest = dense.scatter(1, out, float("-inf")).sort(dim=1, descending=True).values
+        first, second = max_without(top, value)
+        assert torch.equal(first, rest[:, 0])
+        if n > 1:
+            assert torch.equal(second, rest[:, 1])

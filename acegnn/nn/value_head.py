@@ -20,8 +20,41 @@ class PoolBase(NamedTuple):
     hidden: Tensor  # [U, H] per-unit hidden of the SE-state
     total: Tensor  # [B, H] sum over the pooled units (for mean/sum)
     count: Tensor  # [B] pooled units per graph (the alive ones)
-    top: Tensor  # [B, k, H] the k largest hidden values per feature (for max), k <= 3
-    top_pos: Tensor  # [B, k, H] their position inside the graph
+    top: Tensor  # [B, 3, H] the 3 largest pooled hidden values per feature (for max)
+
+
+def top3(dense: Tensor) -> Tensor:
+    """The three largest values along dim 1 of ``dense`` ``[B, n, H]`` -> ``[B, 3, H]``,
+    in decreasing order, a value repeated as often as it occurs (``-inf`` where ``n < 3``).
+
+    Without autograd each row of dim 1 is inserted into the running three in turn:
+    ``topk`` along a short dimension that is not the last is several times slower on
+    CPU. With autograd ``topk`` stays, as its backward pass is the faster."""
+    n = dense.size(1)
+    if dense.requires_grad and torch.is_grad_enabled():
+        top = dense.topk(min(3, n), dim=1).values
+        return torch.cat([top, top.new_full((top.size(0), 3 - top.size(1), top.size(2)),
+                                            float("-inf"))], dim=1) if n < 3 else top
+    first = dense[:, 0]
+    second = third = torch.full_like(first, float("-inf"))
+    for j in range(1, n):
+        row = dense[:, j]
+        third = torch.maximum(third, torch.minimum(second, row))
+        second = torch.maximum(second, torch.minimum(first, row))
+        first = torch.maximum(first, row)
+    return torch.stack([first, second, third], dim=1)
+
+
+def max_without(top: Tensor, value: Tensor) -> tuple:
+    """The two largest of a multiset whose three largest are ``top`` ``[..., 3, H]``, once
+    one element of value ``value`` ``[..., H]`` is taken out: ``(first, second)``.
+
+    Only values are compared: where ``value`` equals another element's, that element may
+    be the one taken out, and the result is the same."""
+    r1, r2, r3 = top.unbind(dim=-2)
+    first = torch.where(value == r1, r2, r1)
+    second = torch.where((value == r1) | (value == r2), r3, r2)
+    return first, second
 
 
 def _no_unit_to_zero(pooled: Tensor) -> Tensor:
@@ -130,15 +163,19 @@ class ValueHead(nn.Module):
         count = index.unit_count if alive is None else \
             torch.bincount(index.unit_batch[alive], minlength=B)
         if "max" in self.reduces:
-            pos = torch.arange(index.num_units, device=h.device) - index.unit_ptr[index.unit_batch]
             size = max(int(index.unit_count.max()) if B > 0 else 0, 1)
-            dense = h.new_full((B, size, h.size(1)), float("-inf"))
             rows = h if alive is None else h.masked_fill(~alive.unsqueeze(-1), float("-inf"))
-            dense[index.unit_batch, pos] = rows  # [B, max_units, H]
-            top, top_pos = dense.topk(min(3, size), dim=1)
+            if index.num_units == B * size:  # every graph as large: a view
+                dense = rows.view(B, size, -1)
+            else:
+                pos = torch.arange(index.num_units, device=h.device) \
+                    - index.unit_ptr[index.unit_batch]
+                dense = h.new_full((B, size, h.size(1)), float("-inf"))
+                dense[index.unit_batch, pos] = rows  # [B, max_units, H]
+            top = top3(dense)
         else:
-            top = top_pos = h.new_zeros(0)
-        return PoolBase(h, total, count, top, top_pos)
+            top = h.new_zeros(0)
+        return PoolBase(h, total, count, top)
 
     def candidate_values(self, base: PoolBase, index: UnitIndex, graph: Tensor,
                          rows: CandidateRows) -> Tensor:
@@ -170,20 +207,20 @@ class ValueHead(nn.Module):
 
         What does not depend on the candidate (the pooled rest of the graph without the
         actor) is computed once per actor."""
-        return pooled_values(self, base, index.unit_alive, index.unit_ptr, graph, actor,
+        return pooled_values(self, base, index.unit_alive, graph, actor,
                              h_actor, target, h_target, has_target)
 
     def __repr__(self) -> str:
         return f"{self.__class__.__name__}({self.hidden}, pool={self.pool}, layers={self.layers})"
 
 
-def pooled_values(head: "ValueHead", base: PoolBase, alive: Optional[Tensor], unit_ptr: Tensor,
-                  graph: Tensor, actor: Tensor, h_actor: Tensor, target: Tensor,
-                  h_target: Tensor, has_target: Tensor) -> Tensor:
-    """:meth:`ValueHead.hidden_values` on the two tensors of the batch's index it reads
-    (``alive``: :attr:`UnitIndex.unit_alive`, ``unit_ptr``), so that it can be compiled
+def pooled_values(head: "ValueHead", base: PoolBase, alive: Optional[Tensor], graph: Tensor,
+                  actor: Tensor, h_actor: Tensor, target: Tensor, h_target: Tensor,
+                  has_target: Tensor) -> Tensor:
+    """:meth:`ValueHead.hidden_values` on the one tensor of the batch's index it reads
+    (``alive``: :attr:`UnitIndex.unit_alive`), so that it can be compiled
     (:func:`compiled`)."""
-    c, S, H = h_actor.shape
+    c = h_actor.size(0)
     has_t, h_a, h_t = has_target, h_actor, h_target
     pool_t = has_t
     old_a = base.hidden[actor]  # [c, H]
@@ -207,19 +244,15 @@ def pooled_values(head: "ValueHead", base: PoolBase, alive: Optional[Tensor], un
                 total = total / count
             pooled.append(total)
         else:
-            start = unit_ptr[graph]  # [c]
-            top, top_pos = base.top[graph], base.top_pos[graph]  # [c, k, H]
-            # the graph's largest values per feature without the actor's row ...
-            top = top.masked_fill(top_pos == (actor - start).view(c, 1, 1), float("-inf"))
-            if top.size(1) > 1:
-                first, which = top.topk(2, dim=1)  # [c, 2, H]
-                at = top_pos.gather(1, which)
-                # ... and without the target's: the second largest where it is the first
-                pos_t = torch.where(has_t, target - start.unsqueeze(1),
-                                    torch.full_like(target, -1)).unsqueeze(-1)  # [c, S, 1]
-                rest = torch.where(at[:, :1] == pos_t, first[:, 1:], first[:, :1])
-            else:  # one unit per graph: the actor's own row
-                rest = top.expand(c, S, H)
+            # the graph's largest values per feature without the actor's old row ...
+            old_a_max = base.hidden[actor] if alive is None else \
+                base.hidden[actor].masked_fill(~pool_a, float("-inf"))  # [c, H]
+            first, second = max_without(base.top[graph], old_a_max)  # [c, H] each
+            # ... and without the target's: the second where the target's old value is
+            # the first (a value only the rows that are pooled have)
+            old_t_max = base.hidden[target]  # [c, S, H]
+            rest = torch.where(keep_t & (old_t_max == first.unsqueeze(1)),
+                               second.unsqueeze(1), first.unsqueeze(1))  # [c, S, H]
             h_t_max = torch.where(keep_t, h_t, torch.full_like(h_t, float("-inf")))
             best = torch.maximum(torch.maximum(rest, h_a_max), h_t_max)
             pooled.append(best if alive is None else _no_unit_to_zero(best))
@@ -397,7 +430,7 @@ class SuccessorValues:
         h = self._hidden(pre, changed)
         base = self.head.pool_base(None, index, self.hidden[:index.num_units])
         # every candidate of an agent has the agent as its actor (padding repeats one)
-        args = (self.head, base, index.unit_alive, index.unit_ptr, graph, read[:, 0, 0],
+        args = (self.head, base, index.unit_alive, graph, read[:, 0, 0],
                 h[:, 0], read[:, 1], h[:, 1], changed)
         v = compiled(pooled_values)(*args) if fast else pooled_values(*args)
         return v, Successors(None if fast else pre, read, msg, extra, None, None, write,
