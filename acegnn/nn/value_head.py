@@ -45,12 +45,12 @@ def top3(dense: Tensor) -> Tensor:
     return torch.stack([first, second, third], dim=1)
 
 
-def max_without(top: Tensor, value: Tensor) -> tuple:
+def max_without(top: Tensor, value: Tensor) -> Tuple[Tensor, Tensor]:
     """The two largest of a multiset whose three largest are ``top`` ``[..., 3, H]``, once
     one element of value ``value`` ``[..., H]`` is taken out: ``(first, second)``.
 
-    Only values are compared: where ``value`` equals another element's, that element may
-    be the one taken out, and the result is the same."""
+    Only values are compared: where ``value`` equals another element's, either may be
+    the one taken out; the values are the same, and a gradient goes to the slot kept."""
     r1, r2, r3 = top.unbind(dim=-2)
     first = torch.where(value == r1, r2, r1)
     second = torch.where((value == r1) | (value == r2), r3, r2)
