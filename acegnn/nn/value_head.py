@@ -223,7 +223,7 @@ def pooled_values(head: "ValueHead", base: PoolBase, alive: Optional[Tensor], gr
     c = h_actor.size(0)
     has_t, h_a, h_t = has_target, h_actor, h_target
     pool_t = has_t
-    old_a = base.hidden[actor]  # [c, H]
+    old_a = hidden_a = base.hidden[actor]  # [c, H]
     if alive is not None:
         pool_a = alive[actor].unsqueeze(-1)  # [c, 1]
         pool_t = has_t & alive[target]
@@ -245,8 +245,8 @@ def pooled_values(head: "ValueHead", base: PoolBase, alive: Optional[Tensor], gr
             pooled.append(total)
         else:
             # the graph's largest values per feature without the actor's old row ...
-            old_a_max = base.hidden[actor] if alive is None else \
-                base.hidden[actor].masked_fill(~pool_a, float("-inf"))  # [c, H]
+            old_a_max = hidden_a if alive is None else \
+                hidden_a.masked_fill(~pool_a, float("-inf"))  # [c, H]
             first, second = max_without(base.top[graph], old_a_max)  # [c, H] each
             # ... and without the target's: the second where the target's old value is
             # the first (a value only the rows that are pooled have)
