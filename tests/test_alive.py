@@ -14,7 +14,7 @@ from acegnn.graph.index import unit_index
 from acegnn.nn import ACENetwork, EpsilonGreedy, Forced
 
 import reference as R
-from test_rollout import max_error_against_reference
+from test_rollout import assert_chosen_only_matches_full_rollout, max_error_against_reference
 
 SIZES = [(3, 4), (4, 3), (2, 5)]
 
@@ -87,6 +87,19 @@ def test_masked_rollout_matches_naive_reference(pool, conv):
     with torch.no_grad():
         units = R.encode_units(net, d)
         assert abs(float(R.value(net, units, R.alive_units(net, d)) - R.value(net, units))) > 1e-6
+
+
+@pytest.mark.parametrize("pool", ["mean", "sum", "max", "mean_max"])
+@pytest.mark.parametrize("layers", [1, 2])
+def test_chosen_only_values_with_dead_units_match_full_rollout(pool, layers):
+    """Every graph has 7 units here, so a successor is pooled over a view of the rows,
+    the dead ones left out."""
+    torch.manual_seed(3)
+    schema, states = dead_states(seed=5)
+    b = collate(states)
+    assert b.num_graphs * 7 == sum(b[t].num_nodes for t in schema.node_types)
+    assert_chosen_only_matches_full_rollout(ACENetwork(schema, hidden=16, pool=pool,
+                                                       layers=layers), b)
 
 
 @pytest.mark.parametrize("pool", ["mean", "max", "mean_max"])

@@ -128,24 +128,32 @@ class ValueHead(nn.Module):
 
     def forward(self, units: Tensor, index: UnitIndex) -> Tensor:
         """V of whole SE-states from their unit embeddings ``[U, H]`` -> ``[B]``."""
-        h = self.unit_hidden(units)
+        return self.pooled_value(self.unit_hidden(units), index)
+
+    def pooled_value(self, h: Tensor, index: UnitIndex) -> Tensor:
+        """V of whole SE-states from the per-unit rows ``h`` ``[U, H]`` of
+        :meth:`unit_hidden` -> ``[B]``: the pooling over the alive units, then the readout.
+        Where every graph has as many units (every battle map, football) the graphs'
+        rows are pooled as a ``[B, units, H]`` view."""
         B, alive = index.num_graphs, index.unit_alive
-        if alive is None:
-            pooled = [scatter(h, index.unit_batch, dim=0, dim_size=B, reduce=r)
-                      for r in self.reduces]
-            return self.out(torch.cat(pooled, dim=-1)).squeeze(-1)
-        keep = alive.unsqueeze(-1)
+        size = int(index.unit_count.max()) if B > 0 else 0
+        dense = B > 0 and index.num_units == B * size
+        keep = None if alive is None else alive.unsqueeze(-1)
         pooled = []
         for r in self.reduces:
             if r == "max":
-                top = scatter(h.masked_fill(~keep, float("-inf")), index.unit_batch, dim=0,
-                              dim_size=B, reduce="max")
-                pooled.append(_no_unit_to_zero(top))
+                rows = h if keep is None else h.masked_fill(~keep, float("-inf"))
+                top = rows.view(B, size, -1).amax(1) if dense else \
+                    scatter(rows, index.unit_batch, dim=0, dim_size=B, reduce="max")
+                pooled.append(top if keep is None else _no_unit_to_zero(top))
                 continue
-            total = scatter(h * keep.to(h.dtype), index.unit_batch, dim=0, dim_size=B, reduce="sum")
+            rows = h if keep is None else h * keep.to(h.dtype)
+            total = rows.view(B, size, -1).sum(1) if dense else \
+                scatter(rows, index.unit_batch, dim=0, dim_size=B, reduce="sum")
             if r == "mean":
-                count = scatter(alive.to(h.dtype), index.unit_batch, dim=0, dim_size=B, reduce="sum")
-                total = total / count.clamp(min=1).unsqueeze(-1)
+                count = index.unit_count if alive is None else \
+                    scatter(alive.to(h.dtype), index.unit_batch, dim=0, dim_size=B, reduce="sum")
+                total = total / count.to(h.dtype).clamp(min=1).unsqueeze(-1)
             pooled.append(total)
         return self.out(torch.cat(pooled, dim=-1)).squeeze(-1)
 
@@ -324,6 +332,8 @@ class Successors(NamedTuple):
     change: Optional[Tensor]  # [c, S] change of the pooled score sum (linear readout)
     write: Tensor  # [c, 2, S] the rows they replace
     graph: Tensor  # [c] graph of each acting agent
+    hidden: Optional[Tensor] = None  # [U + 1, H] the successor's hidden rows, where each
+    # agent had one candidate (S = 1) and its successor was pooled whole
 
 
 class SuccessorValues:
@@ -424,9 +434,16 @@ class SuccessorValues:
                 total = total.div_(self.count.index_select(0, graph).unsqueeze(1))
             return total.add_(self.bias), Successors(pre, read, msg, extra, score, change, write, graph)
         index = self.index
-        changed = write[:, 1] != index.num_units  # [c, S] the candidate changes a target row
         pre = compiled(gathered_pre)(self.pre, self.msg, read, msg, extra) if fast else \
             self._pre(read, msg, extra)
+        if S == 1:  # one successor per agent (the given actions): pool it whole, as
+            # cheap as the statistics that candidates share and without their top-k
+            hidden = self._put(self.hidden, write.reshape(-1),
+                               self.head.hidden_of_pre(pre.reshape(2 * c, -1)))
+            v = self.head.pooled_value(hidden[:index.num_units], index).index_select(0, graph)
+            return v.unsqueeze(1), Successors(pre, read, msg, extra, None, None, write, graph,
+                                              hidden)
+        changed = write[:, 1] != index.num_units  # [c, S] the candidate changes a target row
         h = self._hidden(pre, changed)
         base = self.head.pool_base(None, index, self.hidden[:index.num_units])
         # every candidate of an agent has the agent as its actor (padding repeats one)
@@ -451,7 +468,7 @@ class SuccessorValues:
         """Move every acting agent's SE-state to its successor in column ``col`` ``[c]``
         of ``successors`` (what :meth:`values` returned for this step); where the
         compiled kernels kept no rows, the chosen candidates' ``2c`` are computed again."""
-        pre, read, msg, extra, score, change, write, graph = successors
+        pre, read, msg, extra, score, change, write, graph, hidden = successors
         c, _, S = write.shape
         entry = torch.arange(0, c * S, S, device=col.device).add_(col)  # [c] in [c, S]
         both = (entry + torch.arange(0, c * S, S, device=col.device)).unsqueeze(1)
@@ -472,5 +489,7 @@ class SuccessorValues:
             step = change.reshape(-1).index_select(0, entry)
             self.total = self.total.index_add_(0, graph, step) if self.inplace else \
                 self.total.index_add(0, graph, step)
+        elif hidden is not None:  # the one successor, pooled whole by values()
+            self.hidden = hidden
         else:
             self.hidden = self._put(self.hidden, rows, self.head.hidden_of_pre(pre))
