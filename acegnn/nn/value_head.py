@@ -57,6 +57,21 @@ def max_without(top: Tensor, value: Tensor) -> Tuple[Tensor, Tensor]:
     return first, second
 
 
+def _as_graphs(rows: Tensor, index: UnitIndex) -> Optional[Tensor]:
+    """The unit rows ``[U, H]`` as ``[B, units, H]``, a view, where every graph has as
+    many units (every battle map, football); ``None`` otherwise."""
+    B = index.num_graphs
+    size = int(index.unit_count.max()) if B > 0 else 0
+    return rows.view(B, size, -1) if B > 0 and index.num_units == B * size else None
+
+
+def _alive_count(index: UnitIndex) -> Tensor:
+    """The pooled (alive) units of each graph ``[B]``."""
+    if index.unit_alive is None:
+        return index.unit_count
+    return torch.bincount(index.unit_batch[index.unit_alive], minlength=index.num_graphs)
+
+
 def _no_unit_to_zero(pooled: Tensor) -> Tensor:
     """Max pooling over no unit (every unit of a graph dead) reads 0, not -inf."""
     return pooled.masked_fill(torch.isinf(pooled) & (pooled < 0), 0.0)
@@ -137,24 +152,22 @@ class ValueHead(nn.Module):
         rows are pooled as a ``[B, units, H]`` view (the max along the last
         dimension of its transpose: about a third faster on CPU, forward and backward)."""
         B, alive = index.num_graphs, index.unit_alive
-        size = int(index.unit_count.max()) if B > 0 else 0
-        dense = B > 0 and index.num_units == B * size
         keep = None if alive is None else alive.unsqueeze(-1)
         pooled = []
         for r in self.reduces:
             if r == "max":
                 rows = h if keep is None else h.masked_fill(~keep, float("-inf"))
-                top = rows.view(B, size, -1).transpose(1, 2).amax(-1) if dense else \
+                dense = _as_graphs(rows, index)
+                top = dense.transpose(1, 2).amax(-1) if dense is not None else \
                     scatter(rows, index.unit_batch, dim=0, dim_size=B, reduce="max")
                 pooled.append(top if keep is None else _no_unit_to_zero(top))
                 continue
             rows = h if keep is None else h * keep.to(h.dtype)
-            total = rows.view(B, size, -1).sum(1) if dense else \
+            dense = _as_graphs(rows, index)
+            total = dense.sum(1) if dense is not None else \
                 scatter(rows, index.unit_batch, dim=0, dim_size=B, reduce="sum")
             if r == "mean":
-                count = index.unit_count if alive is None else \
-                    scatter(alive.to(h.dtype), index.unit_batch, dim=0, dim_size=B, reduce="sum")
-                total = total / count.to(h.dtype).clamp(min=1).unsqueeze(-1)
+                total = total / _alive_count(index).to(h.dtype).clamp(min=1).unsqueeze(-1)
             pooled.append(total)
         return self.out(torch.cat(pooled, dim=-1)).squeeze(-1)
 
@@ -169,14 +182,12 @@ class ValueHead(nn.Module):
         B, alive = index.num_graphs, index.unit_alive
         pooled_h = h if alive is None else h * alive.unsqueeze(-1).to(h.dtype)
         total = scatter(pooled_h, index.unit_batch, dim=0, dim_size=B, reduce="sum")
-        count = index.unit_count if alive is None else \
-            torch.bincount(index.unit_batch[alive], minlength=B)
+        count = _alive_count(index)
         if "max" in self.reduces:
-            size = max(int(index.unit_count.max()) if B > 0 else 0, 1)
             rows = h if alive is None else h.masked_fill(~alive.unsqueeze(-1), float("-inf"))
-            if index.num_units == B * size:  # every graph as large: a view
-                dense = rows.view(B, size, -1)
-            else:
+            dense = _as_graphs(rows, index)
+            if dense is None:  # graphs of several sizes (or none): padded with -inf
+                size = max(int(index.unit_count.max()) if B > 0 else 0, 1)
                 pos = torch.arange(index.num_units, device=h.device) \
                     - index.unit_ptr[index.unit_batch]
                 dense = h.new_full((B, size, h.size(1)), float("-inf"))
@@ -390,9 +401,7 @@ class SuccessorValues:
             self.total = h.new_zeros(B).index_add(0, index.unit_batch, pooled)
             self.count = None
             if head.pool == "mean":
-                count = index.unit_count if alive is None else \
-                    torch.bincount(index.unit_batch[alive], minlength=B)
-                self.count = count.clamp(min=1).to(h.dtype)
+                self.count = _alive_count(index).clamp(min=1).to(h.dtype)
         else:
             self.hidden = h
 
