@@ -3,7 +3,6 @@ import csv
 import dataclasses
 import json
 import os
-import time
 
 import pytest
 import torch
@@ -529,15 +528,28 @@ def test_a_failed_update_stops_the_round_collected_ahead(tmp_path, monkeypatch):
     learner = make_learner(cfg, task)
     loop = Trainer(task, learner, cfg.train, cfg.seed, str(tmp_path))
     learner.use_compiled(True)  # (flags only: no kernel is called below)
-    calls = []
-    update = loop.update_once
+    calls, steps = [], []
+    update, explore = loop.update_once, loop._explore
+    collecting = threading.Event()
 
     def failing_update():
         calls.append(1)
         if len(calls) == 3:
-            time.sleep(0.2)  # the thread is collecting by now
+            assert collecting.wait(60)  # the thread has taken a step of the next round
             raise RuntimeError("update failed")
         return update()
+
+    def held_explore(graphs):  # the thread's second step waits for the training thread to fail
+        if len(steps) == 1:
+            collecting.set()
+            assert loop._abandon.wait(60)
+        try:
+            out = explore(graphs)
+        except BaseException as e:
+            steps.append(type(e).__name__)
+            raise
+        steps.append("step")
+        return out
 
     monkeypatch.setattr(loop, "update_once", failing_update)
     monkeypatch.setattr(learner, "use_compiled", lambda on=True: 1)
@@ -549,10 +561,10 @@ def test_a_failed_update_stops_the_round_collected_ahead(tmp_path, monkeypatch):
         if isinstance(m, ValueHead):
             m.compiled = True
     before = len(loop.buffer)
-    t0 = time.perf_counter()
+    monkeypatch.setattr(loop, "_explore", held_explore)
     with pytest.raises(RuntimeError, match="update failed"):
         loop.learn()
-    assert time.perf_counter() - t0 < 60  # not a whole round of 256 steps of 8 games
+    assert steps == ["step", "_Abandoned"]  # the step after the failure was not taken
     assert not any(t.name == "acegnn-collect-ahead" for t in threading.enumerate())
     assert len(loop.buffer) == before and loop._held is None and loop._ahead is None
     assert not loop._abandon.is_set() and loop._acting is learner
