@@ -445,6 +445,54 @@ def test_compiled_kernels_match_naive_reference(pool, layers):
     assert max_error_against_reference(net, states, fast) < 1e-5
 
 
+@pytest.mark.parametrize("pool,layers,grad", [("mean", 1, False), ("mean_max", 1, False),
+                                             ("mean_max", 2, False), ("mean_max", 1, True)])
+def test_valid_candidates_only_match_the_masked_grid(monkeypatch, pool, layers, grad):
+    """A step values its valid candidates only, one per row (a dead agent's one action,
+    attacks out of range left out), where some entries of its ``[agents, S]`` grid are
+    not valid: the same values, choices and gradients as valuing the whole grid and
+    masking it."""
+    import acegnn.nn.rollout as rollout_module
+
+    torch.manual_seed(0)
+    schema, states = make_states(seed=13, mask_prob=0.4)
+    for d in states:  # the first enemy is dead where there are two
+        d["enemy"].alive = torch.arange(d["enemy"].num_nodes) > (0 if d["enemy"].num_nodes > 1 else -1)
+    net = ACENetwork(schema, hidden=16, pool=pool, layers=layers)
+    batch = collate(states)
+    calls = []
+    compact = rollout_module._valid_values
+
+    def counted(*args):
+        calls.append(1)
+        return compact(*args)
+
+    monkeypatch.setattr(rollout_module, "_valid_values", counted)
+
+    def rollout(valid_only):
+        monkeypatch.setattr(rollout_module, "VALID_ONLY", valid_only)
+        net.zero_grad()
+        with torch.set_grad_enabled(grad):
+            ro = net.rollout(batch, order="random", selector=EpsilonGreedy(0.3),
+                             generator=torch.Generator().manual_seed(4))
+        if grad:
+            ro.chosen_value.sum().backward()
+        return ro, [None if p.grad is None else p.grad.clone() for p in net.parameters()]
+
+    (full, full_grads), (valid, valid_grads) = rollout(False), rollout(True)
+    assert calls and not bool(batch[ACTION].available.all())
+    assert torch.equal(valid.actions, full.actions)
+    assert torch.allclose(valid.candidate_values, full.candidate_values, atol=1e-6,
+                          equal_nan=True)
+    assert torch.isnan(valid.candidate_values[~batch[ACTION].available]).all()
+    assert torch.allclose(valid.chosen_value, full.chosen_value, atol=1e-6)
+    assert grad == any(g is not None and bool(g.abs().sum() > 0) for g in valid_grads)
+    for a, b in zip(valid_grads, full_grads):
+        assert (a is None) == (b is None)
+        if a is not None:
+            assert torch.allclose(a, b, atol=1e-6)
+
+
 def test_top3_and_max_without_agree_with_sorting_where_values_tie():
     """Max pooling's statistics by value: the three largest per feature (a tied value as
     often as it occurs, -inf padding a short graph; without and with autograd) and the

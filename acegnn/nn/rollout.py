@@ -20,7 +20,7 @@ from acegnn.graph.schema import ACTION
 from acegnn.graph.state import as_batch
 from acegnn.nn.se_state import EncodedState, apply_actions, message_routes, message_table
 from acegnn.nn.selectors import CandidateTable, Greedy, Selection, Selector
-from acegnn.nn.value_head import SuccessorValues, ValueHead
+from acegnn.nn.value_head import Successors, SuccessorValues, ValueHead
 
 GREEDY = Greedy()
 
@@ -279,7 +279,12 @@ def _value_and_select(net: "ACENetwork", enc: EncodedState, plan: _Plan, cand: _
         extra = None if routes.extra is None else routes.extra[acting]
         args = (plan.graph[acting], routes.read[acting], routes.msg[acting], extra,
                 routes.write[acting], pool[acting])
-        v, successors = heads[0].values(*args)
+        valid = None if only else cand.valid[begin - cand.start:begin - cand.start + c]
+        compact = VALID_ONLY and logit_head is None and valid is not None and not bool(valid.all())
+        if compact:  # the available candidates only, one per row
+            v, successors, entry = _valid_values(heads[0], args, valid)
+        else:
+            v, successors = heads[0].values(*args)
         moves = [successors]
         rows = routes.rows[acting]
         trace.values.append(v)
@@ -288,7 +293,6 @@ def _value_and_select(net: "ACENetwork", enc: EncodedState, plan: _Plan, cand: _
             trace.chosen.append(rows.view(-1))
             trace.chosen_values.append(v.view(-1))
         else:
-            valid = cand.valid[begin - cand.start:begin - cand.start + c]
             best, arg = v.masked_fill(~valid, float("-inf")).max(1)
             trace.greedy.append(rows.gather(1, arg.unsqueeze(1)).view(-1))
             trace.best.append(best)
@@ -309,10 +313,41 @@ def _value_and_select(net: "ACENetwork", enc: EncodedState, plan: _Plan, cand: _
             else:
                 trace.chosen.append(rows.gather(1, column.unsqueeze(1)).view(-1))
                 trace.chosen_values.append(v.gather(1, column.unsqueeze(1)).view(-1))
+        if compact:  # the chosen candidates' rows, as a step of one candidate each
+            moves = [successors.take(entry.gather(1, column.unsqueeze(1)).view(-1))]
+            column = first_column[:c]
         for head, move in zip(heads, moves):
             head.advance(move, column)
         begin += c
     return trace, messages
+
+
+#: Value only the valid candidates of a step (:func:`_valid_values`); ``False`` values
+#: the whole ``[agents, S]`` grid and masks it, the same values (a test compares them).
+VALID_ONLY = True
+
+
+def _valid_values(head: SuccessorValues, args: Tuple[Tensor, ...], valid: Tensor
+                  ) -> Tuple[Tensor, Successors, Tensor]:
+    """:meth:`SuccessorValues.values` of the valid entries of a step's ``[c, S]``
+    candidates only, each as a row of its own: the values ``[c, S]`` (NaN where not
+    valid), the successors of the valid entries, and each entry's row among them
+    (``-1`` where not valid). The padding and unavailable actions of a battle (attacks
+    out of range, a dead agent's every action but no-op) are half of its candidates."""
+    graph, read, msg, extra, write, pool = args
+    c, S = valid.shape
+    agent, col = valid.nonzero(as_tuple=True)  # [K], agent-major
+
+    def entries(t: Tensor) -> Tensor:  # [c, 2, S] -> [K, 2, 1]
+        return t[agent, :, col].unsqueeze(-1)
+
+    v, successors = head.values(graph.index_select(0, agent), entries(read), entries(msg),
+                                None if extra is None else extra[agent, col].unsqueeze(1),
+                                entries(write), entries(pool), single=False)
+    full = v.new_full((c, S), float("nan")).index_put((agent, col), v.view(-1))
+    entry = torch.full((c, S), -1, dtype=torch.long, device=valid.device)
+    entry[agent, col] = torch.arange(agent.numel(), device=valid.device)
+    return full, successors, entry
 
 
 def _assemble(enc: EncodedState, plan: _Plan, cand: _Candidates, trace: _Trace,

@@ -347,6 +347,14 @@ class Successors(NamedTuple):
     hidden: Optional[Tensor] = None  # [U + 1, H] the successor's hidden rows, where each
     # agent had one candidate (S = 1) and its successor was pooled whole
 
+    def take(self, rows: Tensor) -> "Successors":
+        """The successors of candidate rows ``rows`` ``[c]`` (each a row of the first
+        dimension), one per agent: a step's chosen candidates where they were valued as
+        rows of their own (:meth:`SuccessorValues.values` with ``single``)."""
+        if self.hidden is not None:
+            raise ValueError("successors pooled whole are already one per agent")
+        return Successors(*(None if t is None else t.index_select(0, rows) for t in self[:-1]))
+
 
 class SuccessorValues:
     r"""V of the candidate successors of one SE-state after another, without re-encoding.
@@ -423,10 +431,13 @@ class SuccessorValues:
                              None if extra is None else self._message_pre(extra.reshape(-1)))
 
     def values(self, graph: Tensor, read: Tensor, msg: Tensor, extra: Optional[Tensor],
-               write: Tensor, pool: Tensor) -> Tuple[Tensor, "Successors"]:
+               write: Tensor, pool: Tensor, single: bool = True) -> Tuple[Tensor, "Successors"]:
         """V of the successors ``[c, S]`` of the current SE-state (``graph`` ``[c]``: the
         graph of each acting agent), and the :class:`Successors` that :meth:`advance`
-        moves the chosen ones along."""
+        moves the chosen ones along. With ``S == 1`` and ``single`` (one successor per
+        agent: the given actions) each is pooled whole; without ``single`` the rows are
+        candidates of their own, valued against the statistics they share, as where
+        ``S > 1`` (the valid candidates of a step, one per row)."""
         c, _, S = read.shape
         fast = self.head.compiled and not self.lazy and not torch.is_grad_enabled()
         if self.scalar:
@@ -446,7 +457,7 @@ class SuccessorValues:
         index = self.index
         pre = compiled(gathered_pre)(self.pre, self.msg, read, msg, extra) if fast else \
             self._pre(read, msg, extra)
-        if S == 1:  # one successor per agent (the given actions): pool it whole, as
+        if S == 1 and single:  # one successor per agent (the given actions): pool it whole, as
             # cheap as the statistics that candidates share and without their top-k
             hidden = self._put(self.hidden, write.reshape(-1),
                                self.head.hidden_of_pre(pre.reshape(2 * c, -1)))
