@@ -350,7 +350,7 @@ class Successors(NamedTuple):
     def take(self, rows: Tensor) -> "Successors":
         """The successors of candidate rows ``rows`` ``[c]`` (each a row of the first
         dimension), one per agent: a step's chosen candidates where they were valued as
-        rows of their own (:meth:`SuccessorValues.values` with ``single``)."""
+        rows of their own (:meth:`SuccessorValues.values` with ``single=False``)."""
         if self.hidden is not None:
             raise ValueError("successors pooled whole are already one per agent")
         return Successors(*(None if t is None else t.index_select(0, rows) for t in self[:-1]))
