@@ -331,8 +331,8 @@ def _valid_values(head: SuccessorValues, args: Tuple[Tensor, ...], valid: Tensor
                   ) -> Tuple[Tensor, Successors, Tensor]:
     """:meth:`SuccessorValues.values` of the valid entries of a step's ``[c, S]``
     candidates only, each as a row of its own: the values ``[c, S]`` (NaN where not
-    valid), the successors of the valid entries, and each entry's row among them
-    (``-1`` where not valid). The padding and unavailable actions of a battle (attacks
+    valid), the successors of the valid entries, and each valid entry's row among them
+    (``[c, S]``; not meaningful elsewhere). The padding and unavailable actions of a battle (attacks
     out of range, a dead agent's every action but no-op) are half of its candidates."""
     graph, read, msg, extra, write, pool = args
     c, S = valid.shape
@@ -345,9 +345,7 @@ def _valid_values(head: SuccessorValues, args: Tuple[Tensor, ...], valid: Tensor
                                 None if extra is None else extra[agent, col].unsqueeze(1),
                                 entries(write), entries(pool), single=False)
     full = v.new_full((c, S), float("nan")).index_put((agent, col), v.view(-1))
-    entry = torch.full((c, S), -1, dtype=torch.long, device=valid.device)
-    entry[agent, col] = torch.arange(agent.numel(), device=valid.device)
-    return full, successors, entry
+    return full, successors, valid.view(-1).cumsum(0).view(c, S) - 1  # rows in nonzero's order
 
 
 def _assemble(enc: EncodedState, plan: _Plan, cand: _Candidates, trace: _Trace,
