@@ -412,15 +412,19 @@ def test_which_heads_can_couple_untargeted_actions(pool, layers, additive):
     assert (interaction.abs().max() < 1e-5) == additive
 
 
-@pytest.mark.parametrize("pool,layers", [("mean", 1), ("mean_max", 2)])
-def test_compiled_kernels_match_naive_reference(pool, layers):
+@pytest.mark.parametrize("pool,layers,sizes", [("mean", 1, SIZES), ("mean_max", 2, SIZES),
+                                               ("mean_max", 1, ((2, 3),) * 4)])
+def test_compiled_kernels_match_naive_reference(monkeypatch, pool, layers, sizes):
     """``train.compile``: without autograd the candidates are valued by kernels compiled
     with ``torch.compile`` (a linear readout's scores; the pre-activations and the
-    pooling of the others). Checked against the naive reference, with heal-self
-    available (a second message on the actor's row) and dead units, and against the
-    same rollout uncompiled."""
+    pooling of the others; the pooling statistics of each step where the graphs have
+    one size). Checked against the naive reference, with heal-self available (a second
+    message on the actor's row) and dead units, and against the same rollout uncompiled."""
+    from acegnn.nn import value_head
+
+    monkeypatch.setattr(value_head, "_COMPILED", {})
     torch.manual_seed(0)
-    schema, states = make_states(seed=13, mask_prob=0.2)
+    schema, states = make_states(seed=13, mask_prob=0.2, sizes=sizes)
     for d in states:
         store = d[ACTION]
         self_heal = (store.kind == schema.kind_index("heal")) & (store.target == store.actor)
@@ -443,6 +447,8 @@ def test_compiled_kernels_match_naive_reference(pool, layers):
     assert torch.allclose(fast.candidate_values, plain.candidate_values, atol=1e-6,
                           equal_nan=True)
     assert max_error_against_reference(net, states, fast) < 1e-5
+    one_size = len(set(sizes)) == 1
+    assert (value_head.dense_pool_stats in value_head._COMPILED) == (one_size and pool != "mean")
 
 
 @pytest.mark.parametrize("pool,layers,grad", [("mean", 1, False), ("mean_max", 1, False),

@@ -400,7 +400,8 @@ def test_compiled_kernels_train_as_the_plain_ones(tmp_path, monkeypatch):
     assert train(tmp_path, "plain") == 0
     assert not value_head._COMPILED
     assert train(tmp_path, "compiled", "train.compile=true") == 0
-    assert set(value_head._COMPILED) == {value_head.gathered_pre, value_head.pooled_values}  # layers 3
+    assert set(value_head._COMPILED) == {value_head.gathered_pre, value_head.pooled_values,
+                                         value_head.dense_pool_stats}  # layers 3, one size
     for name in ("train.csv", "eval.csv"):
         a, b = read_csv(tmp_path / "plain" / name), read_csv(tmp_path / "compiled" / name)
         assert [r.keys() for r in a] == [r.keys() for r in b]

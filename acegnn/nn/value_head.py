@@ -77,6 +77,21 @@ def _no_unit_to_zero(pooled: Tensor) -> Tensor:
     return pooled.masked_fill(torch.isinf(pooled) & (pooled < 0), 0.0)
 
 
+def dense_pool_stats(dense: Tensor, alive: Optional[Tensor], with_max: bool
+                     ) -> Tuple[Tensor, Tensor]:
+    """:meth:`ValueHead.pool_base`'s sum ``[B, H]`` and three largest values ``[B, 3, H]``
+    (empty without ``with_max``) of the pooled rows of ``dense`` ``[B, units, H]``,
+    ``alive`` ``[B, units]`` or ``None``: graphs of one size, without autograd, so that
+    it can be compiled (:func:`compiled`) into one pass over the rows."""
+    if alive is None:
+        total, rows = dense.sum(1), dense
+    else:
+        keep = alive.unsqueeze(-1)
+        total = (dense * keep.to(dense.dtype)).sum(1)
+        rows = dense.masked_fill(~keep, float("-inf"))
+    return total, top3(rows) if with_max else dense.new_zeros(0)
+
+
 class ValueHead(nn.Module):
     r"""The paper's value encoder ('fc-relu' per unit, then 'pooling-fc').
 
@@ -412,6 +427,7 @@ class SuccessorValues:
                 self.count = _alive_count(index).clamp(min=1).to(h.dtype)
         else:
             self.hidden = h
+            self.alive_count: Optional[Tensor] = None  # [B], once needed
 
     def _message_pre(self, rows: Tensor) -> Tensor:
         """``W m`` of the messages ``rows`` ``[K] -> [K, H]``."""
@@ -466,13 +482,27 @@ class SuccessorValues:
                                               hidden)
         changed = write[:, 1] != index.num_units  # [c, S] the candidate changes a target row
         h = self._hidden(pre, changed)
-        base = self.head.pool_base(None, index, self.hidden[:index.num_units])
+        base = self._pool_base(fast)
         # every candidate of an agent has the agent as its actor (padding repeats one)
         args = (self.head, base, index.unit_alive, graph, read[:, 0, 0],
                 h[:, 0], read[:, 1], h[:, 1], changed)
         v = compiled(pooled_values)(*args) if fast else pooled_values(*args)
         return v, Successors(None if fast else pre, read, msg, extra, None, None, write,
                              graph)
+
+    def _pool_base(self, fast: bool) -> PoolBase:
+        """The pooling statistics of the current SE-state; with the compiled kernels and
+        graphs of one size, through :func:`dense_pool_stats`."""
+        index = self.index
+        hidden = self.hidden[:index.num_units]
+        dense = _as_graphs(hidden, index) if fast else None
+        if dense is None:
+            return self.head.pool_base(None, index, hidden)
+        if self.alive_count is None:  # the alive units do not change along a rollout
+            self.alive_count = _alive_count(index)
+        alive = None if index.unit_alive is None else index.unit_alive.view(dense.shape[:2])
+        total, top = compiled(dense_pool_stats)(dense, alive, "max" in self.head.reduces)
+        return PoolBase(hidden, total, self.alive_count, top)
 
     def _hidden(self, pre: Tensor, changed: Tensor) -> Tensor:
         """The rest of the unit MLP on ``pre`` ``[c, 2, S, H]``, on the target rows only
