@@ -81,8 +81,8 @@ def dense_pool_stats(dense: Tensor, alive: Optional[Tensor], with_max: bool
                      ) -> Tuple[Tensor, Tensor]:
     """:meth:`ValueHead.pool_base`'s sum ``[B, H]`` and three largest values ``[B, 3, H]``
     (empty without ``with_max``) of the pooled rows of ``dense`` ``[B, units, H]``,
-    ``alive`` ``[B, units]`` or ``None``: graphs of one size, without autograd, so that
-    it can be compiled (:func:`compiled`) into one pass over the rows."""
+    ``alive`` ``[B, units]`` or ``None``: graphs of one size; compiled (:func:`compiled`,
+    without autograd) it is one pass over the rows."""
     if alive is None:
         total, rows = dense.sum(1), dense
     else:
@@ -188,28 +188,35 @@ class ValueHead(nn.Module):
 
     # Candidate evaluation without re-encoding ---------------------------------------
     def pool_base(self, units: Optional[Tensor], index: UnitIndex,
-                  hidden: Optional[Tensor] = None) -> PoolBase:
+                  hidden: Optional[Tensor] = None, count: Optional[Tensor] = None,
+                  fast: bool = False) -> PoolBase:
         """Statistics of the current SE-state that candidates reuse.
 
-        ``hidden`` may pass precomputed ``unit_hidden(units)`` (``units`` is then not read).
+        ``hidden`` may pass precomputed ``unit_hidden(units)`` (``units`` is then not read),
+        ``count`` the alive units of each graph (:func:`_alive_count`). Graphs of one size
+        go through :func:`dense_pool_stats`, compiled with ``fast``.
         """
         h = self.unit_hidden(units) if hidden is None else hidden
         B, alive = index.num_graphs, index.unit_alive
+        count = _alive_count(index) if count is None else count
+        with_max = "max" in self.reduces
+        dense = _as_graphs(h, index)
+        if dense is not None:
+            keep = None if alive is None else alive.view(dense.shape[:2])
+            pool = compiled(dense_pool_stats) if fast else dense_pool_stats
+            total, top = pool(dense, keep, with_max)
+            return PoolBase(h, total, count, top)
         pooled_h = h if alive is None else h * alive.unsqueeze(-1).to(h.dtype)
         total = scatter(pooled_h, index.unit_batch, dim=0, dim_size=B, reduce="sum")
-        count = _alive_count(index)
-        if "max" in self.reduces:
+        top = h.new_zeros(0)
+        if with_max:  # graphs of several sizes (or none): padded with -inf
             rows = h if alive is None else h.masked_fill(~alive.unsqueeze(-1), float("-inf"))
-            dense = _as_graphs(rows, index)
-            if dense is None:  # graphs of several sizes (or none): padded with -inf
-                size = max(int(index.unit_count.max()) if B > 0 else 0, 1)
-                pos = torch.arange(index.num_units, device=h.device) \
-                    - index.unit_ptr[index.unit_batch]
-                dense = h.new_full((B, size, h.size(1)), float("-inf"))
-                dense[index.unit_batch, pos] = rows  # [B, max_units, H]
+            size = max(int(index.unit_count.max()) if B > 0 else 0, 1)
+            pos = torch.arange(index.num_units, device=h.device) \
+                - index.unit_ptr[index.unit_batch]
+            dense = h.new_full((B, size, h.size(1)), float("-inf"))
+            dense[index.unit_batch, pos] = rows  # [B, max_units, H]
             top = top3(dense)
-        else:
-            top = h.new_zeros(0)
         return PoolBase(h, total, count, top)
 
     def candidate_values(self, base: PoolBase, index: UnitIndex, graph: Tensor,
@@ -491,18 +498,12 @@ class SuccessorValues:
                              graph)
 
     def _pool_base(self, fast: bool) -> PoolBase:
-        """The pooling statistics of the current SE-state; with the compiled kernels and
-        graphs of one size, through :func:`dense_pool_stats`."""
-        index = self.index
-        hidden = self.hidden[:index.num_units]
-        dense = _as_graphs(hidden, index) if fast else None
-        if dense is None:
-            return self.head.pool_base(None, index, hidden)
+        """The pooling statistics of the current SE-state (:meth:`ValueHead.pool_base`),
+        the alive count once per rollout."""
         if self.alive_count is None:  # the alive units do not change along a rollout
-            self.alive_count = _alive_count(index)
-        alive = None if index.unit_alive is None else index.unit_alive.view(dense.shape[:2])
-        total, top = compiled(dense_pool_stats)(dense, alive, "max" in self.head.reduces)
-        return PoolBase(hidden, total, self.alive_count, top)
+            self.alive_count = _alive_count(self.index)
+        return self.head.pool_base(None, self.index, self.hidden[:self.index.num_units],
+                                   self.alive_count, fast)
 
     def _hidden(self, pre: Tensor, changed: Tensor) -> Tensor:
         """The rest of the unit MLP on ``pre`` ``[c, 2, S, H]``, on the target rows only
