@@ -452,3 +452,29 @@ def test_bench_study_reads_trial_times_and_tabulates_by_hand(tmp_path):
                   {"cpus": 2, "wall_s": 40.0, "trials": times, "train_s": 38.5}])
     assert "| 1 | 4 | 60.0 | 37.0 | 1.00x |" in text
     assert "| 2 | 4 | 40.0 | 38.5 | 1.50x |" in text
+
+
+def test_overlap_round_rates_by_hand():
+    sys.path.insert(0, os.path.join(ROOT, "scripts"))
+    from bench_overlap import round_rates
+    rows = [{"samples": 100, "collect_s": 9.0, "learn_s": 1.0},   # the replay filling
+            {"samples": 300, "collect_s": 1.0, "learn_s": 3.0},   # 200 steps in 4 s
+            {"samples": 600, "collect_s": 0.5, "learn_s": 5.5},   # 300 in 6 s
+            {"samples": 600, "collect_s": 0.0, "learn_s": 0.0}]   # nothing: left out
+    assert round_rates(rows, skip=1) == [50.0, 50.0]
+    assert round_rates(rows, skip=2) == [50.0]
+    assert round_rates(rows[:1], skip=1) == []
+
+
+def test_bench_overlap_trains_both_settings(tmp_path):
+    out = tmp_path / "overlap.json"
+    text = run(["scripts/bench_overlap.py", "configs/spiders_fly_5x5.yaml", "--samples", "768",
+                "--skip", "1", "--json", str(out), "--", "model.hidden=8",
+                "train.batch_size=16", "train.samples_per_collect=128",
+                "train.learning_starts=128", "train.updates_per_collect=2"])
+    assert "overlap=false run 0:" in text and "overlap=true run 0:" in text
+    rec = json.loads(out.read_text())
+    # 768 steps in rounds of 128, the first row left out: without overlap rows at 128 ...
+    # 768; with it the first row already holds the round collected ahead (256 ... 768)
+    assert len(rec["rates"]["false"]) == 5 and len(rec["rates"]["true"]) == 4
+    assert rec["median_on"] > 0 and rec["median_off"] > 0
