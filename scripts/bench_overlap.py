@@ -25,6 +25,7 @@ import sys
 import tempfile
 from typing import Dict, List
 
+from acegnn.utils.io import write_text
 from acegnn.utils.runs import acegnn, read_csv
 
 
@@ -71,9 +72,9 @@ def main(argv=None) -> int:
     print(f"median env steps/s of training: overlap off {off:.1f} ({len(rates['false'])} "
           f"rounds), on {on:.1f} ({len(rates['true'])} rounds); on/off {on / off:.2f}")
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"config": args.config, "overrides": args.overrides, "rates": rates,
-                       "median_off": off, "median_on": on}, f, indent=1)
+        write_text(args.json, json.dumps({"config": args.config, "overrides": args.overrides,
+                                          "rates": rates, "median_off": off,
+                                          "median_on": on}, indent=1))
     return 0
 
 
