@@ -65,6 +65,20 @@ def _as_graphs(rows: Tensor, index: UnitIndex) -> Optional[Tensor]:
     return rows.view(B, size, -1) if B > 0 and index.num_units == B * size else None
 
 
+def _padded(rows: Tensor, index: UnitIndex) -> Tuple[Tensor, Tensor]:
+    """The unit rows ``[U, H]`` of graphs of several sizes as ``[B, max units, H]``,
+    zero-padded, and which entries are pooled units ``[B, max units]`` (the alive ones;
+    not the padding)."""
+    B = index.num_graphs
+    size = max(int(index.unit_count.max()) if B > 0 else 0, 1)
+    pos = torch.arange(index.num_units, device=rows.device) - index.unit_ptr[index.unit_batch]
+    dense = rows.new_zeros(B, size, rows.size(1))
+    dense[index.unit_batch, pos] = rows
+    keep = torch.zeros(B, size, dtype=torch.bool, device=rows.device)
+    keep[index.unit_batch, pos] = True if index.unit_alive is None else index.unit_alive
+    return dense, keep
+
+
 def _alive_count(index: UnitIndex) -> Tensor:
     """The pooled (alive) units of each graph ``[B]``."""
     if index.unit_alive is None:
@@ -81,7 +95,7 @@ def dense_pool_stats(dense: Tensor, alive: Optional[Tensor], with_max: bool
                      ) -> Tuple[Tensor, Tensor]:
     """:meth:`ValueHead.pool_base`'s sum ``[B, H]`` and three largest values ``[B, 3, H]``
     (empty without ``with_max``) of the pooled rows of ``dense`` ``[B, units, H]``,
-    ``alive`` ``[B, units]`` or ``None``: graphs of one size; compiled (:func:`compiled`,
+    ``alive`` ``[B, units]`` (the rows pooled) or ``None`` (every row); compiled (:func:`compiled`,
     without autograd) it is one pass over the rows."""
     if alive is None:
         total, rows = dense.sum(1), dense
@@ -193,30 +207,21 @@ class ValueHead(nn.Module):
         """Statistics of the current SE-state that candidates reuse.
 
         ``hidden`` may pass precomputed ``unit_hidden(units)`` (``units`` is then not read),
-        ``count`` the alive units of each graph (:func:`_alive_count`). Graphs of one size
-        go through :func:`dense_pool_stats`, compiled with ``fast``.
+        ``count`` the alive units of each graph (:func:`_alive_count`). The sums and maxima
+        come from :func:`dense_pool_stats`: over a view of the rows where the graphs have
+        one size (compiled with ``fast``), else over the rows zero-padded (:func:`_padded`).
         """
         h = self.unit_hidden(units) if hidden is None else hidden
-        B, alive = index.num_graphs, index.unit_alive
+        alive = index.unit_alive
         count = _alive_count(index) if count is None else count
-        with_max = "max" in self.reduces
         dense = _as_graphs(h, index)
         if dense is not None:
             keep = None if alive is None else alive.view(dense.shape[:2])
             pool = compiled(dense_pool_stats) if fast else dense_pool_stats
-            total, top = pool(dense, keep, with_max)
-            return PoolBase(h, total, count, top)
-        pooled_h = h if alive is None else h * alive.unsqueeze(-1).to(h.dtype)
-        total = scatter(pooled_h, index.unit_batch, dim=0, dim_size=B, reduce="sum")
-        top = h.new_zeros(0)
-        if with_max:  # graphs of several sizes (or none): padded with -inf
-            rows = h if alive is None else h.masked_fill(~alive.unsqueeze(-1), float("-inf"))
-            size = max(int(index.unit_count.max()) if B > 0 else 0, 1)
-            pos = torch.arange(index.num_units, device=h.device) \
-                - index.unit_ptr[index.unit_batch]
-            dense = h.new_full((B, size, h.size(1)), float("-inf"))
-            dense[index.unit_batch, pos] = rows  # [B, max_units, H]
-            top = top3(dense)
+        else:  # graphs of several sizes (or none): zero-padded, the padding left out
+            dense, keep = _padded(h, index)
+            pool = dense_pool_stats
+        total, top = pool(dense, keep, "max" in self.reduces)
         return PoolBase(h, total, count, top)
 
     def candidate_values(self, base: PoolBase, index: UnitIndex, graph: Tensor,
