@@ -26,9 +26,10 @@ class ModelConfig(MLPConfig):
     every MLP (:class:`~acegnn.nn.init.MLPConfig`) and the graph parts below."""
 
     conv: str = "ace"
-    """Message-passing step of the unit encoder: ace (the paper's), gatv2, transformer, a
-    registered name, a layer of torch_geometric.nn that reads edge features (GINEConv,
-    GENConv, GeneralConv, ...), or package.module:Class (docs/encoders.md)."""
+    """Message-passing step of the unit encoder: ace (the paper's), relation (the official
+    code's), gatv2, transformer, a registered name, a layer of torch_geometric.nn that
+    reads edge features (GINEConv, GENConv, GeneralConv, ...), or package.module:Class
+    (docs/encoders.md)."""
     conv_kwargs: Dict[str, Any] = field(default_factory=dict)
     """Arguments of the message-passing step's constructor (e.g. heads: 4)."""
     conv_layers: int = 1
