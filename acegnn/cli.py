@@ -144,7 +144,7 @@ def cmd_study(args: argparse.Namespace) -> int:
     from acegnn.study import finished, load_study, write_report
 
     study = load_study(args.study, args.dir)
-    todo = [t for t in study.trials if not finished(t, study.total_samples)]
+    todo = [t for t in study.trials if not finished(t, study.total_samples, study.results)]
     if not args.report:
         print(f"study {study.name}: {len(study.trials)} trials in {study.dir}, "
               f"{len(study.trials) - len(todo)} finished, {len(todo)} to train", flush=True)

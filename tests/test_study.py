@@ -344,13 +344,49 @@ window: 500
     assert sorted(r["seed"] for r in records) == [0, 1, 2]
     assert (results / "ace_3m_seed0.csv").read_text() == \
         (tmp_path / "study" / "ace_3m_seed0" / "eval.csv").read_text()
+    assert (results / "ace_3m_seed0.json").read_text() == \
+        (tmp_path / "study" / "ace_3m_seed0" / DONE).read_text()
     assert not (results / "ace_3m_seed1.csv").exists()
     shutil.rmtree(tmp_path / "study")  # a new machine: only the kept files
+    # the kept trial is not trained again (nor one of a smaller budget); seed 1 (lost) and
+    # seed 2 (a curve kept without its summary) are
+    seed0, seed1, seed2 = study.trials
+    assert finished(seed0, 3000, str(results)) and finished(seed0, 2000, str(results))
+    assert not finished(seed0, 3001, str(results)) and not finished(seed0, 3000)
+    assert not finished(seed1, 3000, str(results)) and not finished(seed2, 3000, str(results))
+    os.makedirs(seed0.run_dir)  # a run of that name resuming here: its own files decide
+    open(os.path.join(seed0.run_dir, CHECKPOINT), "w").close()
+    assert not finished(seed0, 3000, str(results))
+    shutil.rmtree(seed0.run_dir)
     text = write_report(study)
     # seed 1 (unfinished, not kept) is gone; at 1000 (within 500): 0.1 and 0.7 -> median
     # 0.4, percentiles 0.25 and 0.55; at 3000: 0.3 and 0.9 -> 0.6 (0.45-0.75)
     assert "| ACE | 3m | 2 | 0.40 (0.25-0.55; 2) | 0.60 (0.45-0.75; 2) |" in text
     assert "win rate at 1,000, 3,000 steps, each seed's evaluations within 500 steps" in text
+
+
+def test_a_kept_curve_is_not_replaced_by_a_shorter_run_of_the_same_name(tmp_path, capsys):
+    """Two studies that share ``results`` and a trial's name (the 3m runs to 200k, the
+    encoder study's to 100k): the shorter finished run leaves the longer kept curve."""
+    results = tmp_path / "docs_runs"
+    study = load_study(write(tmp_path, f"""\
+env: smax
+total_samples: 3000
+seeds: [0]
+scenarios: [3m]
+variants:
+  ace: {{config: configs/smax_5m_vs_6m.yaml, label: ACE}}
+results: {results}
+"""), str(tmp_path / "study"))
+    results.mkdir()
+    longer = "samples,win_rate\n1000,0.1\n3000,0.3\n5000,0.5\n"
+    (results / "ace_3m_seed0.csv").write_text(longer)
+    fake_trial(study, "ace", 0, [(1000, 0.2), (3000, 0.4)], wall=300.0)
+    (record,) = study_records(study)
+    assert (results / "ace_3m_seed0.csv").read_text() == longer
+    assert not (results / "ace_3m_seed0.json").exists()
+    assert record["curve"] == [(1000, 0.2), (3000, 0.4)]  # the report reads the run's own
+    assert "not replaced" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("text, error", [

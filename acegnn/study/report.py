@@ -14,10 +14,11 @@ import json
 import os
 import shutil
 import statistics
+import sys
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from acegnn.study.spec import Study
-from acegnn.study.trial import DONE
+from acegnn.study.trial import DONE, kept
 from acegnn.utils.io import write_text
 from acegnn.utils.runs import read_csv
 
@@ -239,20 +240,36 @@ def plot(records: List[dict], labels: Labels, path: str, what: str = "test win r
     plt.close(fig)
 
 
+def _keep(curve: str, summary: str, csv: str, json_path: str) -> None:
+    """Copy a finished trial's ``curve`` and ``summary`` to ``csv`` and ``json_path``,
+    unless ``csv`` holds a curve that goes further (a longer run of the same name)."""
+    if os.path.isfile(csv):
+        old, new = read_csv(csv), read_csv(curve)
+        if old and new and old[-1]["samples"] > new[-1]["samples"]:
+            print(f"kept {csv} (to {int(old[-1]['samples']):,} steps), not replaced by "
+                  f"{curve} (to {int(new[-1]['samples']):,})", file=sys.stderr)
+            return
+    os.makedirs(os.path.dirname(csv), exist_ok=True)
+    shutil.copyfile(curve, csv)
+    shutil.copyfile(summary, json_path)
+
+
 def study_records(study: Study) -> List[dict]:
     """Records of a study's trials that have evaluated, their curves of
     ``study.metric``; the wall-clock from a finished trial's ``study.json`` (NaN
-    before). With ``study.results``, a finished trial's ``eval.csv`` is copied there,
-    and a trial whose run directory holds none is read from there."""
+    before). With ``study.results``, a finished trial's ``eval.csv`` and ``study.json``
+    are copied there (:func:`~acegnn.study.trial.kept`; not over a kept curve that goes
+    further, which is kept and said), and a trial whose run directory holds no
+    ``eval.csv`` is read from there."""
     out = []
     for trial in study.trials:
         where = os.path.join(trial.run_dir, "eval.csv")
-        kept = os.path.join(study.results, f"{trial.name}.csv") if study.results else None
-        if kept and os.path.isfile(where) and os.path.isfile(os.path.join(trial.run_dir, DONE)):
-            os.makedirs(study.results, exist_ok=True)
-            shutil.copyfile(where, kept)
-        elif kept and not os.path.isfile(where):
-            where = kept
+        csv = kept(study.results, trial, ".csv") if study.results else None
+        if csv and os.path.isfile(where) and os.path.isfile(os.path.join(trial.run_dir, DONE)):
+            _keep(where, os.path.join(trial.run_dir, DONE), csv,
+                  kept(study.results, trial, ".json"))
+        elif csv and not os.path.isfile(where):
+            where = csv
         rows = read_csv(where)
         curve = [(r["samples"], r[study.metric]) for r in rows if study.metric in r]
         if not curve:

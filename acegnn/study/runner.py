@@ -41,7 +41,7 @@ class Progress(tune.Callback):
     def __init__(self, study: Study, every_s: float, out: TextIO = sys.stdout) -> None:
         self.study, self.every_s, self.out = study, every_s, out
         self.trials = {t.name: t for t in study.trials}
-        done = {t.name for t in study.trials if finished(t, study.total_samples)}
+        done = {t.name for t in study.trials if finished(t, study.total_samples, study.results)}
         self.states = {t.name: "done" if t.name in done else "pending" for t in study.trials}
         self.latest = {t.name: headline(t, study.metric) for t in study.trials}
         self.printed = time.monotonic()
@@ -65,7 +65,8 @@ class Progress(tune.Callback):
         self.latest[trial.config["trial"]] = result.get("headline", math.nan)
 
     def on_trial_complete(self, iteration, trials, trial, **info) -> None:
-        done = finished(self.trials[trial.config["trial"]], self.study.total_samples)
+        done = finished(self.trials[trial.config["trial"]], self.study.total_samples,
+                        self.study.results)
         self._set(trial, "done" if done else "stopped")  # stopped: by train.max_minutes
         self.print()
 
@@ -124,7 +125,7 @@ def run_study(study: Study, address: Optional[str] = None, num_cpus: Optional[in
         ValueError: when a trial needs more than the cluster has (:func:`check_resources`),
             or the cluster at ``address`` cannot be reached.
     """
-    todo = [t for t in study.trials if not finished(t, study.total_samples)]
+    todo = [t for t in study.trials if not finished(t, study.total_samples, study.results)]
     if not todo:
         return []
     os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")  # Tune's own tables: Progress says it
@@ -147,7 +148,7 @@ def run_study(study: Study, address: Optional[str] = None, num_cpus: Optional[in
         tuner.fit()
     finally:
         ray.shutdown()
-    return [t for t in todo if not finished(t, study.total_samples)]
+    return [t for t in todo if not finished(t, study.total_samples, study.results)]
 
 
 __all__ = ["Progress", "check_resources", "run_study"]

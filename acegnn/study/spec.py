@@ -14,7 +14,7 @@
     overrides: [train.eval_every=512]   # optional: every trial, new or resumed
     resources: {cpus: 1, gpus: 0}       # optional: what Ray reserves for a trial
     max_failures: 2                     # optional: retries of a trial whose worker raised
-    results: docs/smax_runs   # optional: where finished trials' eval.csv are kept (committed)
+    results: docs/smax_runs   # optional: where finished trials' curves are kept (committed)
     at: [10000, 50000]        # optional: the report's table of the metric at these steps
     window: 5000              # optional: ... from each seed's evaluations this near (10000)
 
@@ -23,9 +23,10 @@
 ``<dir>/<variant>_<scenario>_seed<seed>`` (``<variant>_seed<seed>`` without scenarios).
 
 ``results`` keeps a study's curves where its run directories do not survive (a new
-machine, a cluster's scratch disk): a finished trial's ``eval.csv`` is copied there as
-``<trial>.csv``, and the report reads a trial whose run directory holds none from there,
-so ``--report`` rebuilds the tables from committed files.
+machine, a cluster's scratch disk): a finished trial's ``eval.csv`` and ``study.json`` are
+copied there as ``<trial>.csv`` and ``<trial>.json``, the report reads a trial whose run
+directory holds none from there, so ``--report`` rebuilds the tables from committed
+files, and a trial kept there to the study's budget is not trained again.
 """
 from __future__ import annotations
 

@@ -41,16 +41,29 @@ def reached(summary: dict, total_samples: int, stop_on_success: bool) -> bool:
         stop_on_success and summary.get("samples_to_success") is not None)
 
 
-def finished(trial: Trial, total_samples: int) -> bool:
+def kept(results: str, trial: Trial, ext: str) -> str:
+    """Where a study's ``results`` keep a finished trial's curve (``.csv``, its
+    ``eval.csv``) and summary (``.json``, its ``study.json``)."""
+    return os.path.join(results, trial.name + ext)
+
+
+def finished(trial: Trial, total_samples: int, results: Optional[str] = None) -> bool:
     """Whether the trial has been trained to ``total_samples`` (or stopped at success
-    on its way there): its ``study.json``."""
-    try:
-        with open(os.path.join(trial.run_dir, DONE)) as f:
-            done = json.load(f)
-        return done["total_samples"] >= total_samples and reached(
-            done, done["total_samples"], done.get("stop_on_success", True))
-    except (OSError, ValueError, KeyError, TypeError):
-        return False
+    on its way there): its ``study.json``; or, where its run directory holds neither that
+    nor a checkpoint (a new machine), the copy of it kept in ``results``, so that a
+    trial whose curve is kept is not trained again."""
+    paths = [os.path.join(trial.run_dir, DONE)]
+    if results and not os.path.exists(os.path.join(trial.run_dir, CHECKPOINT)):
+        paths.append(kept(results, trial, ".json"))
+    for path in paths:
+        try:
+            with open(path) as f:
+                done = json.load(f)
+            return done["total_samples"] >= total_samples and reached(
+                done, done["total_samples"], done.get("stop_on_success", True))
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+    return False
 
 
 def train_command(trial: Trial, total_samples: int, overrides: Sequence[str]) -> List[str]:
@@ -199,5 +212,5 @@ def progress_line(study: Study, states: Dict[str, str], latest: Dict[str, float]
     return line
 
 
-__all__ = ["DONE", "LOG", "finished", "headline", "progress_line", "reached",
+__all__ = ["DONE", "LOG", "finished", "headline", "kept", "progress_line", "reached",
            "train_command", "train_trial"]
