@@ -188,6 +188,27 @@ def unit_row(net, d: HeteroData, type_idx: int, local: int) -> int:
     return sum(d[names[i]].x.size(0) for i in range(type_idx)) + local
 
 
+def pair_messages(net, d: HeteroData, a: int) -> Tensor:
+    """The pair encoder's ``[c, H]`` messages of action ``a``: its MLP over the actor's and
+    the target's embeddings in the state and, per edge type out of an agent type, the
+    features of the edge actor -> target (zeros without one), concatenated."""
+    store, names = d[ACTION], net.schema.node_type_names
+    pe = net.action_encoder.pair_encoder
+    at, actor = int(store.actor_type[a]), int(store.actor[a])
+    tt, target = int(store.target_type[a]), int(store.target[a])
+    base = encode_units(net, d)
+    parts = [base[unit_row(net, d, at, actor)], base[unit_row(net, d, tt, target)]]
+    for et in pe.edge_types:
+        x = torch.zeros(net.schema.edge_types[et])
+        if et[0] == names[at] and et[2] == names[tt]:
+            ei = d[et].edge_index
+            hit = ((ei[0] == actor) & (ei[1] == target)).nonzero().view(-1)
+            if hit.numel() > 0:
+                x = d[et].edge_attr[hit[0]]
+        parts.append(x)
+    return seq(pe.mlp, torch.cat(parts)).view(pe.messages, -1)
+
+
 def add_action(net, d: HeteroData, units: Tensor, a: int) -> Tensor:
     """Eq. 2 for one action (row ``a`` of the graph's action table)."""
     schema = net.schema
@@ -196,14 +217,21 @@ def add_action(net, d: HeteroData, units: Tensor, a: int) -> Tensor:
     kind = int(store.kind[a])
     actor_type, actor = int(store.actor_type[a]), int(store.actor[a])
     r = unit_row(net, d, actor_type, actor)
-    units[r] = units[r] + net.action_encoder.active[kind]
     enc = net.action_encoder
-    if enc.passive and schema.action_kinds[kind].targeted:
+    targeted = schema.action_kinds[kind].targeted and int(store.target[a]) >= 0
+    tr = unit_row(net, d, int(store.target_type[a]), int(store.target[a])) if targeted else None
+    if enc.pairs and targeted:
+        m = pair_messages(net, d, a)
+        units[r] = units[r] + m[0]
+        if m.size(0) == 2:
+            units[tr] = units[tr] + m[1]
+        return units
+    units[r] = units[r] + net.action_encoder.active[kind]
+    if enc.passive and targeted:
         t_name = schema.node_type_names[actor_type]
         out = seq(enc.passive_encoders[t_name], d[t_name].x[actor])
         col = list(schema.targeted_kinds).index(kind)
         passive = out.view(len(schema.targeted_kinds), -1)[col]
-        tr = unit_row(net, d, int(store.target_type[a]), int(store.target[a]))
         units[tr] = units[tr] + passive
     return units
 

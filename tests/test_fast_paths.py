@@ -17,6 +17,7 @@ from acegnn.envs.synthetic import random_state, smac_like_schema
 from acegnn.graph import collate
 from acegnn.graph.dense import layout_of
 from acegnn.nn import ACENetwork, EpsilonGreedy, Forced, Greedy, Selector
+from acegnn.nn.se_state import table_layout
 from acegnn.nn.selectors import CandidateTable
 
 SPEC = BattleSpec(3, 4, (32.0, 32.0), SMAX_ACTIONS,
@@ -61,10 +62,11 @@ def same_rollout(a, b, exact=True):
             assert torch.allclose(x.nan_to_num(), y.nan_to_num(), atol=1e-6), field
 
 
-@pytest.mark.parametrize("pool,layers", [("mean", 1), ("max", 1), ("mean", 2)])
-def test_layout_cache_decides_as_from_scratch(pool, layers):
+@pytest.mark.parametrize("pool,layers,messages", [("mean", 1, "kind"), ("max", 1, "kind"),
+                                                   ("mean", 2, "kind"), ("mean", 2, "pair")])
+def test_layout_cache_decides_as_from_scratch(pool, layers, messages):
     torch.manual_seed(0)
-    net = ACENetwork(battle_schema(), hidden=32, pool=pool, layers=layers)
+    net = ACENetwork(battle_schema(), hidden=32, pool=pool, layers=layers, messages=messages)
     with torch.no_grad():
         for seed in range(3):  # one size: the second and third batches reuse the plan
             b = battles(5, seed)
@@ -73,7 +75,8 @@ def test_layout_cache_decides_as_from_scratch(pool, layers):
                 gen = [torch.Generator().manual_seed(seed) for _ in range(2)]
                 same_rollout(net.rollout(b, generator=gen[0], **kw),
                              net.rollout(unlaid(b), generator=gen[1], **kw))
-            assert layout_of(b, net.schema).cached(b, ("rollout", True), lambda: None) is not None
+            key = ("rollout", table_layout(net.encode(b)))
+            assert layout_of(b, net.schema).cached(b, key, lambda: None) is not None
 
 
 def test_written_outputs_leave_the_kept_plan_alone():

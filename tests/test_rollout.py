@@ -93,11 +93,14 @@ def test_attention_convs_match_hand_written_layers(conv, heads, monkeypatch):
     assert max_error_against_reference(net, states, ro) < 1e-5
 
 
-@pytest.mark.parametrize("passive,layers", [(True, 1), (False, 1), (True, 3)])
-def test_matches_reference_with_and_without_passive(passive, layers):
+@pytest.mark.parametrize("passive,layers,messages", [
+    (True, 1, "kind"), (False, 1, "kind"), (True, 3, "kind"),
+    (True, 1, "pair"), (True, 2, "pair"), (False, 2, "pair")])
+def test_matches_reference_with_and_without_passive(passive, layers, messages):
     torch.manual_seed(1)
     schema, states = make_states(seed=3, mask_prob=0.5)
-    net = ACENetwork(schema, hidden=32, passive=passive, pool="mean_max", layers=layers)
+    net = ACENetwork(schema, hidden=32, passive=passive, pool="mean_max", layers=layers,
+                     messages=messages)
     ro = net.rollout(collate(states), order="random", selector=EpsilonGreedy(0.3),
                      generator=torch.Generator().manual_seed(2))
     assert max_error_against_reference(net, states, ro) < 1e-5
@@ -147,6 +150,70 @@ def test_passive_table_of_given_actions_matches_hand_computed_entries(layers):
         grad_last = g_part[[p is last for p in params].index(True)].view(-1, 8, last.size(1))
         assert bool(unread.any()) == (rows.numel() == attack[::3].numel())
         assert bool((grad_last[unread] == 0).all()) and bool((grad_last[~unread] != 0).any())
+
+
+def test_pair_messages_read_the_pair_and_its_edge():
+    """Pair messages (``messages="pair"``): each targeted action's rows equal the pair
+    encoder run by hand (the reference reads the edge actor -> target, zeros where the
+    state has none, and some actions here have none); ``passive_rows`` computes the given
+    actions' rows only, the others zero, with the same rows; two attacks of one agent
+    on different targets send different active messages, unlike a kind's vector; and
+    changing the features of one edge changes the messages of the action along it only."""
+    torch.manual_seed(0)
+    schema, states = make_states(seed=4, mask_prob=0.0, sizes=[(2, 3), (3, 2)])
+    net = ACENetwork(schema, hidden=8, layers=2, messages="pair")
+    b = collate(states)
+    full = net.encode(b)
+    idx = full.index
+    targeted = (idx.action_target >= 0).nonzero().view(-1)
+    assert full.passive is None and full.pair.shape == (targeted.numel(), 2, 8)
+    missing = 0
+    for a in targeted.tolist():
+        g = int(idx.action_batch[a])
+        local = a - int((idx.action_batch < g).sum())
+        d = states[g]
+        by_hand = R.pair_messages(net, d, local)
+        assert torch.allclose(full.pair[full.pair_row[a]], by_hand, atol=1e-5)
+        at, tt = schema.node_type_names[int(d[ACTION].actor_type[local])], \
+            schema.node_type_names[int(d[ACTION].target_type[local])]
+        edges = [et for et in schema.edge_types if et[0] == at and et[2] == tt]
+        missing += all(not bool(((d[et].edge_index[0] == int(d[ACTION].actor[local])) &
+                                 (d[et].edge_index[1] == int(d[ACTION].target[local]))).any())
+                       for et in edges)
+    assert 0 < missing < targeted.numel()  # both branches of the edge lookup are checked
+    attack = idx.action_kind == schema.kind_index("attack")
+    first = attack & (idx.action_agent == 0)
+    assert not torch.allclose(full.pair[full.pair_row[first]][0, 0],
+                              full.pair[full.pair_row[first]][1, 0])
+    rows = targeted[::3]
+    part = net.encode(b, passive_rows=lambda index: rows)
+    assert torch.equal(part.pair_row, full.pair_row)
+    read = torch.zeros(targeted.numel(), dtype=torch.bool)
+    read[full.pair_row[rows]] = True
+    assert torch.allclose(part.pair[read], full.pair[read], atol=1e-6)
+    assert bool((part.pair[~read] == 0).all())
+    a = int(targeted[0])
+    local = a
+    assert int(idx.action_batch[a]) == 0  # the first graph's rows are its own
+    d = copy.deepcopy(states[0])
+    et = next(et for et in schema.edge_types
+              if et[0] == schema.node_type_names[int(d[ACTION].actor_type[local])])
+    hit = ((d[et].edge_index[0] == int(d[ACTION].actor[local])) &
+           (d[et].edge_index[1] == int(d[ACTION].target[local])))
+    if bool(hit.any()):
+        d[et].edge_attr[hit] += 1.0
+        changed = net.encode(collate([d] + states[1:]))
+        moved = (changed.pair - full.pair).abs().amax((1, 2)) > 1e-6
+        assert moved.nonzero().view(-1).tolist() == [int(full.pair_row[a])]
+
+
+def test_pair_messages_are_refused_where_they_cannot_be_used():
+    from acegnn.nn.ace import ModelConfig
+
+    with pytest.raises(ValueError, match="model.messages must be one of"):
+        ModelConfig(messages="edge")
+    with pytest.raises(ValueError, match="messages must be one of"):
+        ACENetwork(smac_like_schema(), hidden=8, messages="edge")
 
 
 def test_passive_changes_values_of_targeted_actions():
@@ -340,7 +407,10 @@ def test_values_invariant_to_unit_permutation(pool):
 def test_repr():
     schema = smac_like_schema()
     net = ACENetwork(schema, hidden=32, conv="gatv2", pool="max", passive=False)
-    assert str(net) == "ACENetwork(hidden=32, conv=gatv2, pool=max, passive=False, layers=1)"
+    assert str(net) == ("ACENetwork(hidden=32, conv=gatv2, pool=max, passive=False, "
+                        "messages=kind, layers=1)")
+    pairs = ACENetwork(schema, hidden=8, messages="pair")
+    assert "messages=pair" in str(pairs) and "pairs=True" in str(pairs.action_encoder)
     assert str(net.value_head) == "ValueHead(32, pool=max, layers=1)"
     assert str(net.unit_encoder) == "UnitEncoder(32, conv=gatv2)"
 

@@ -20,6 +20,10 @@ from acegnn.nn.unit_encoder import UnitEncoder
 from acegnn.nn.value_head import ValueHead
 
 
+#: Values of ``model.messages``.
+MESSAGES = ("kind", "pair")
+
+
 @dataclass
 class ModelConfig(MLPConfig):
     """Hyper-parameters of :class:`ACENetwork`: ``hidden``, ``layers`` and ``init`` of
@@ -41,6 +45,11 @@ class ModelConfig(MLPConfig):
     passive_width: Optional[int] = None
     """Width of the passive encoder's inner layers when ``layers`` > 1 (null: ``hidden``;
     the football issue's probe ran with hidden x targeted kinds, 2432)."""
+    messages: str = "kind"
+    """Messages of targeted actions: ``kind`` (the paper's: a learnable active vector per
+    kind, a passive message from the actor's node features) or ``pair`` (the official
+    SMAC code's: both from an MLP over the actor's and the target's embeddings and their
+    edge's features)."""
 
     def __post_init__(self) -> None:
         from acegnn.nn.unit_encoder import unit_conv
@@ -54,6 +63,8 @@ class ModelConfig(MLPConfig):
             raise ValueError(f"model.pool must be one of {sorted(POOLS)} (got {self.pool!r})")
         if self.passive_width is not None and self.passive_width < 1:
             raise ValueError(f"model.passive_width must be null or >= 1 (got {self.passive_width})")
+        if self.messages not in MESSAGES:
+            raise ValueError(f"model.messages must be one of {list(MESSAGES)} (got {self.messages!r})")
 
 
 class ACENetwork(nn.Module):
@@ -79,19 +90,24 @@ class ACENetwork(nn.Module):
         conv_layers (int, optional): Message-passing steps. (default: :obj:`1`)
         passive_width (int, optional): Inner width of a deep passive encoder.
             (default: :obj:`None`, ``hidden``)
+        messages (str, optional): Messages of targeted actions, ``"kind"`` or ``"pair"``
+            (:class:`ModelConfig`). (default: :obj:`"kind"`)
     """
 
     def __init__(self, schema: GraphSchema, hidden: int = 128, conv: str = "ace",
                  pool: str = "mean", passive: bool = True,
                  conv_kwargs: Optional[dict] = None, layers: int = 1,
                  init: str = "torch", conv_layers: int = 1,
-                 passive_width: Optional[int] = None) -> None:
+                 passive_width: Optional[int] = None, messages: str = "kind") -> None:
         super().__init__()
         if not isinstance(hidden, int) or hidden <= 0:
             raise ValueError(f"hidden must be a positive int (got {hidden!r})")
         self.schema, self.hidden = schema, hidden
         self.unit_encoder = UnitEncoder(schema, hidden, conv, conv_kwargs, layers, conv_layers)
-        self.action_encoder = ActionEncoder(schema, hidden, passive, layers, passive_width)
+        if messages not in MESSAGES:
+            raise ValueError(f"messages must be one of {list(MESSAGES)} (got {messages!r})")
+        self.action_encoder = ActionEncoder(schema, hidden, passive, layers, passive_width,
+                                            pairs=messages == "pair")
         self.value_head = ValueHead(hidden, pool, layers)
         self.init = init
         init_relu_layers(self, init)
@@ -100,7 +116,8 @@ class ACENetwork(nn.Module):
     def from_config(cls, schema: GraphSchema, cfg: ModelConfig) -> "ACENetwork":
         return cls(schema, hidden=cfg.hidden, conv=cfg.conv, pool=cfg.pool, passive=cfg.passive,
                    conv_kwargs=dict(cfg.conv_kwargs), layers=cfg.layers, init=cfg.init,
-                   conv_layers=cfg.conv_layers, passive_width=cfg.passive_width)
+                   conv_layers=cfg.conv_layers, passive_width=cfg.passive_width,
+                   messages=cfg.messages)
 
     def reset_parameters(self) -> None:
         self.unit_encoder.reset_parameters()
@@ -119,8 +136,9 @@ class ACENetwork(nn.Module):
                 (default: :obj:`True`)
             passive_rows (callable, optional): Given the batch's :class:`UnitIndex`, the
                 action rows whose messages will be read (or ``None``: any). Only their
-                passive embeddings are then computed; the table's other entries are zero
-                (:meth:`ActionEncoder.passive_table`). (default: every entry)
+                passive embeddings (and pair messages) are then computed; the tables'
+                other entries are zero (:meth:`ActionEncoder.passive_table`,
+                :meth:`ActionEncoder.pair_table`). (default: every entry)
         """
         batch = as_batch(data)
         index = unit_index(self.schema, batch, check=check)
@@ -135,11 +153,13 @@ class ACENetwork(nn.Module):
         units = first.new_empty(index.num_units, self.hidden)
         for t in self.schema.node_types:
             units = units.index_put((index.flat[t],), h[t])
-        passive, block = self.action_encoder.passive_table(
-            x_dict, index, None if passive_rows is None else passive_rows(index))
-        return EncodedState(index=index, units=units, active=self.action_encoder.active,
-                            passive=passive, passive_col=self.action_encoder.passive_col,
-                            passive_block=block)
+        rows = None if passive_rows is None else passive_rows(index)
+        ae = self.action_encoder
+        passive, block = ae.passive_table(x_dict, index, rows)
+        pair, pair_row = ae.pair_table(units, index, ei, ea, rows)
+        return EncodedState(index=index, units=units, active=ae.active, passive=passive,
+                            passive_col=ae.passive_col, passive_block=block, pair=pair,
+                            pair_row=pair_row)
 
     def value(self, units: Tensor, enc: EncodedState) -> Tensor:
         """V of whole SE-states given their unit embeddings ``[U, H]`` -> ``[B]``."""
@@ -171,4 +191,6 @@ class ACENetwork(nn.Module):
     def __repr__(self) -> str:
         return (f"{self.__class__.__name__}(hidden={self.hidden}, "
                 f"conv={self.unit_encoder.conv_name}, pool={self.value_head.pool}, "
-                f"passive={self.action_encoder.passive}, layers={self.value_head.layers})")
+                f"passive={self.action_encoder.passive}, "
+                f"messages={'pair' if self.action_encoder.pairs else 'kind'}, "
+                f"layers={self.value_head.layers})")

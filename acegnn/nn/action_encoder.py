@@ -5,9 +5,10 @@ from typing import Dict, Optional, Tuple
 
 import torch
 from torch import Tensor, nn
+from torch.nn import functional as F
 
 from acegnn.graph.index import UnitIndex
-from acegnn.graph.schema import GraphSchema
+from acegnn.graph.schema import EdgeType, GraphSchema
 from acegnn.nn.unit_encoder import mlp, reset_mlp
 
 
@@ -20,6 +21,10 @@ class ActionEncoder(nn.Module):
       output per targeted kind (``hidden x num_targeted_kinds`` outputs), added to the
       target unit.
 
+    With ``pairs`` (the official SMAC code's action encoder) a targeted action's two
+    messages come instead from one :class:`PairEncoder` over the pair (actor, target):
+    its active message replaces the kind's vector, its passive message the table above.
+
     Args:
         schema (GraphSchema): The environment's schema.
         hidden (int): Embedding width.
@@ -29,6 +34,8 @@ class ActionEncoder(nn.Module):
         layers (int, optional): Depth of the passive encoder. (default: :obj:`1`)
         width (int, optional): Width of its inner layers. (default: :obj:`None`,
             ``hidden``)
+        pairs (bool, optional): Targeted actions' messages from a :class:`PairEncoder`.
+            (default: :obj:`False`)
 
     Shapes:
         - **passive_table output:** ``[P, num_targeted_kinds, hidden]`` for the ``P``
@@ -36,11 +43,12 @@ class ActionEncoder(nn.Module):
     """
 
     def __init__(self, schema: GraphSchema, hidden: int, passive: bool = True,
-                 layers: int = 1, width: Optional[int] = None) -> None:
+                 layers: int = 1, width: Optional[int] = None, pairs: bool = False) -> None:
         super().__init__()
         self.schema, self.hidden = schema, hidden
         self.targeted = schema.targeted_kinds
         self.passive = passive and len(self.targeted) > 0
+        self.pairs = pairs and len(self.targeted) > 0
         self.active = nn.Parameter(torch.empty(schema.num_kinds, hidden))
         # kind -> column of the passive table (-1 for untargeted kinds)
         col = torch.full((schema.num_kinds,), -1, dtype=torch.long)
@@ -49,13 +57,17 @@ class ActionEncoder(nn.Module):
         self.passive_encoders = nn.ModuleDict({
             t: mlp(schema.node_types[t], hidden * len(self.targeted), layers, width=width or hidden)
             for t in schema.agent_types
-        }) if self.passive else nn.ModuleDict()
+        }) if self.passive and not self.pairs else nn.ModuleDict()
+        self.pair_encoder = PairEncoder(schema, hidden, 2 if self.passive else 1, layers,
+                                        width) if self.pairs else None
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
         nn.init.normal_(self.active, std=0.1)
         for m in self.passive_encoders.values():
             reset_mlp(m)
+        if self.pair_encoder is not None:
+            reset_mlp(self.pair_encoder.mlp)
 
     def passive_table(self, x_dict: Dict[str, Tensor], index: UnitIndex,
                       actions: Optional[Tensor] = None) -> Tuple[Optional[Tensor], Optional[Tensor]]:
@@ -71,7 +83,7 @@ class ActionEncoder(nn.Module):
         zero. That is what valuing given actions needs (teacher forcing, a target
         network's final SE-state), at a fraction of the last layer's cost. ``block`` is
         the same either way."""
-        if not self.passive:
+        if not self.passive or self.pairs:
             return None, None
         k = len(self.targeted)
         aims = torch.zeros(index.num_agents, dtype=torch.bool, device=index.agents.device)
@@ -111,9 +123,93 @@ class ActionEncoder(nn.Module):
                                   self.hidden)
         return table.index_put((agent[row], col), torch.relu(out))
 
+    def pair_table(self, units: Tensor, index: UnitIndex, edge_index: Dict[EdgeType, Tensor],
+                   edge_attr: Dict[EdgeType, Tensor], actions: Optional[Tensor] = None
+                   ) -> Tuple[Optional[Tensor], Optional[Tensor]]:
+        """The messages of every targeted action of the batch from its pair (actor,
+        target): ``(table [R, c, hidden], row [A])``, ``c`` 2 (active, passive) or 1
+        (active only, without passive embeddings), ``row`` the table row of each action
+        of the action table (-1 for untargeted ones); ``(None, None)`` without ``pairs``.
+        ``units`` are the state's unit embeddings ``[num_units, hidden]``.
+
+        ``actions`` restricts the computed rows to those actions' (the others are zero;
+        ``row`` is the same either way), as in :meth:`passive_table`."""
+        if not self.pairs:
+            return None, None
+        targeted = (index.action_target >= 0) & (self.passive_col[index.action_kind] >= 0)
+        row = torch.where(targeted, torch.cumsum(targeted, 0) - 1,
+                          torch.full_like(index.action_target, -1))
+        count = int(targeted.sum())
+        need = targeted.nonzero().squeeze(1)
+        if actions is not None:
+            need = actions[targeted[actions]].unique()
+        out = self.pair_encoder(units, index.action_actor[need], index.action_target[need],
+                                index, edge_index, edge_attr)
+        c = self.pair_encoder.messages
+        if need.numel() == count:  # every row, in action order
+            return out.view(count, c, self.hidden), row
+        table = out.new_zeros(count, c, self.hidden)
+        return table.index_put((row[need],), out.view(-1, c, self.hidden)), row
+
     def __repr__(self) -> str:
         return (f"{self.__class__.__name__}({self.hidden}, kinds={self.schema.num_kinds}, "
-                f"passive={self.passive})")
+                f"passive={self.passive}, pairs={self.pairs})")
+
+
+class PairEncoder(nn.Module):
+    r"""Messages of targeted actions from the pair they join (the official SMAC code's
+    action encoder): an MLP over the actor's and the target's unit embeddings and the
+    features of the actor's edge to the target,
+
+    .. math::
+        [m^a, m^p] = \mathrm{MLP}\big([e_u(\mathrm{actor}), e_u(\mathrm{target}),
+            x_{e_1}, \dots, x_{e_T}]\big),
+
+    with :math:`x_{e_t}` the features of the edge ``actor -> target`` of the ``t``-th edge
+    type out of an agent type (zeros where there is none), ``layers`` fc + ReLU, and the
+    output split into the active message :math:`m^a` (to the actor) and the passive one
+    :math:`m^p` (to the target). The official code reads the pair's relation embedding
+    (the relation encoder's output) where this reads the edge's raw features.
+
+    The first layer is computed per unit and per edge, then gathered per pair.
+
+    Args:
+        schema (GraphSchema): The environment's schema.
+        hidden (int): Embedding and message width.
+        messages (int): 2 (active and passive) or 1 (active only).
+        layers (int, optional): fc + ReLU layers. (default: :obj:`1`)
+        width (int, optional): Width of the inner layers. (default: ``hidden``)
+    """
+
+    def __init__(self, schema: GraphSchema, hidden: int, messages: int, layers: int = 1,
+                 width: Optional[int] = None) -> None:
+        super().__init__()
+        self.hidden, self.messages = hidden, messages
+        self.edge_types = [et for et in schema.edge_types if et[0] in schema.agent_types]
+        dims = [schema.edge_types[et] for et in self.edge_types]
+        starts = [2 * hidden + sum(dims[:i]) for i in range(len(dims))]
+        self.columns = [slice(a, a + d) for a, d in zip(starts, dims)]
+        self.mlp = mlp(2 * hidden + sum(dims), messages * hidden, layers, width=width or hidden)
+
+    def forward(self, units: Tensor, actor: Tensor, target: Tensor, index: UnitIndex,
+                edge_index: Dict[EdgeType, Tensor], edge_attr: Dict[EdgeType, Tensor]) -> Tensor:
+        """``[R, messages * hidden]`` messages of the pairs ``(actor[r], target[r])``
+        (flat unit rows)."""
+        fc, H = self.mlp[0], self.hidden
+        pre = F.linear(units, fc.weight[:, :H]).index_select(0, actor) + \
+            F.linear(units, fc.weight[:, H:2 * H], fc.bias).index_select(0, target)
+        key = actor * index.num_units + target
+        for et, cols in zip(self.edge_types, self.columns):
+            ei = edge_index.get(et)
+            if ei is None or ei.numel() == 0 or key.numel() == 0:
+                continue
+            edge_key = index.flat[et[0]][ei[0]] * index.num_units + index.flat[et[2]][ei[1]]
+            sorted_key, order = torch.sort(edge_key)
+            pos = torch.searchsorted(sorted_key, key).clamp(max=sorted_key.numel() - 1)
+            hit = (sorted_key[pos] == key).nonzero().squeeze(1)
+            x = edge_attr[et].index_select(0, order[pos[hit]])
+            pre = pre.index_add(0, hit, F.linear(x, fc.weight[:, cols]))
+        return self.mlp[2:](torch.relu(pre))
 
 
 class _SlicedLinear(torch.autograd.Function):

@@ -205,6 +205,10 @@ class IndividualQ(nn.Module):
         """
         if share not in SHARES:
             raise ValueError(f"share must be one of {list(SHARES)} (got {share!r})")
+        if model.messages != "kind":
+            raise ValueError(f"ACE-CTDE's individual values take model.messages=kind only "
+                             f"(got {model.messages!r}): pair messages would need the "
+                             f"views' own pairs")
         schema, hidden, layers = net.schema, model.hidden, model.layers
         fresh = []
         if share == "none":

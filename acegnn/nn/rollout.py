@@ -18,7 +18,8 @@ from acegnn.graph.dense import layout_of
 from acegnn.graph.index import UnitIndex, store_of
 from acegnn.graph.schema import ACTION
 from acegnn.graph.state import as_batch
-from acegnn.nn.se_state import EncodedState, apply_actions, message_routes, message_table
+from acegnn.nn.se_state import (EncodedState, apply_actions, message_routes, message_table,
+                                table_layout, zero_row)
 from acegnn.nn.selectors import CandidateTable, Greedy, Selection, Selector
 from acegnn.nn.value_head import Successors, SuccessorValues, ValueHead
 
@@ -139,8 +140,7 @@ class _Routes(NamedTuple):
 def _routes(enc: EncodedState, rows: Tensor, pad: Optional[Tensor] = None) -> _Routes:
     m, S = rows.shape
     r = message_routes(enc, rows.reshape(-1))
-    zero = enc.active.size(0) if enc.passive is None else \
-        enc.active.size(0) + enc.passive.size(0) * enc.passive.size(1)
+    zero = zero_row(enc)
     on_self = r.target == r.actor
     changed = (r.target >= 0) & ~on_self
     none = torch.full_like(r.target, enc.index.num_units)
@@ -189,7 +189,7 @@ def _decision(net: "ACENetwork", batch: Batch, enc: EncodedState, order, generat
     layout = layout_of(batch, net.schema) if isinstance(order, str) and order == "default" else None
     if layout is None or "target_on" in store_of(batch, ACTION):
         return build(table)
-    return layout.cached(batch, ("rollout", enc.passive is not None), build)
+    return layout.cached(batch, ("rollout", table_layout(enc)), build)
 
 
 class _Candidates(NamedTuple):

@@ -7,6 +7,10 @@ sequentially expanded state :math:`s_{a_{1:i}}`:
 * the **passive** message :math:`e_a^p(a_k)` is added to the target unit, for targeted
   actions when passive embeddings are on.
 
+With pair messages (``model.messages: pair``) a targeted action's active and passive
+messages are its own rows, computed from the pair (actor, target)
+(:class:`acegnn.nn.action_encoder.PairEncoder`).
+
 Everything else (decision with rollout, the naive reference) calls these functions.
 :func:`message_routes` says where each message goes as rows of one
 :func:`message_table`; the decision with rollout follows the same routes in the value
@@ -31,6 +35,9 @@ class EncodedState(NamedTuple):
     passive: Optional[Tensor]  # [P, num_targeted, H] or None, P: agents with a targeted action
     passive_col: Tensor  # [num_kinds] column of a kind in ``passive``, -1 if untargeted
     passive_block: Optional[Tensor]  # [num_agents] row of each agent in ``passive``, -1 if none
+    pair: Optional[Tensor] = None  # [R, c, H] pair messages of the targeted actions, c = 2
+    # (active, passive) or 1 (active only); None without pair messages
+    pair_row: Optional[Tensor] = None  # [A] row of each action in ``pair``, -1 if untargeted
 
 
 class Messages(NamedTuple):
@@ -53,15 +60,35 @@ class MessageRoutes(NamedTuple):
 
 
 def message_table(enc: EncodedState) -> Tensor:
-    """Every message of the batch as the rows of one matrix
-    ``[num_kinds + P x num_targeted + 1, H]``:
-    the active embedding of each kind, the passive table flattened (``P x num_targeted``
-    rows, none without passive embeddings), then a zero row."""
+    """Every message of the batch as the rows of one matrix: the active embedding of each
+    kind, the passive table flattened (``P x num_targeted`` rows, none without passive
+    embeddings), the pair messages (their active rows, then their passive rows; none
+    without pair messages), then a zero row (:func:`zero_row`)."""
+    H = enc.active.size(1)
     parts = [enc.active]
     if enc.passive is not None:
-        parts.append(enc.passive.reshape(-1, enc.active.size(1)))
-    parts.append(enc.active.new_zeros(1, enc.active.size(1)))
+        parts.append(enc.passive.reshape(-1, H))
+    if enc.pair is not None:
+        parts.append(enc.pair.transpose(0, 1).reshape(-1, H))
+    parts.append(enc.active.new_zeros(1, H))
     return torch.cat(parts)
+
+
+def _passive_count(enc: EncodedState) -> int:
+    return 0 if enc.passive is None else enc.passive.size(0) * enc.passive.size(1)
+
+
+def zero_row(enc: EncodedState) -> int:
+    """The zero row of :func:`message_table`: where actions without a passive message
+    route it."""
+    pairs = 0 if enc.pair is None else enc.pair.size(0) * enc.pair.size(1)
+    return enc.active.size(0) + _passive_count(enc) + pairs
+
+
+def table_layout(enc: EncodedState) -> tuple:
+    """What the rows of :func:`message_table` are, as a key: the same key, the same
+    routes for the same action table."""
+    return tuple(None if t is None else tuple(t.shape) for t in (enc.active, enc.passive, enc.pair))
 
 
 def message_routes(enc: EncodedState, actions: Tensor) -> MessageRoutes:
@@ -70,16 +97,25 @@ def message_routes(enc: EncodedState, actions: Tensor) -> MessageRoutes:
     kind = idx.action_kind[actions]
     actor = idx.action_actor[actions]
     target = idx.action_target[actions]
-    num_kinds = enc.active.size(0)
+    num_kinds, zero = enc.active.size(0), zero_row(enc)
+    none = torch.full_like(target, -1)
+    if enc.pair is not None:
+        pair = enc.pair_row[actions]
+        has = pair >= 0
+        first = num_kinds + _passive_count(enc)
+        active = torch.where(has, first + pair, kind)
+        if enc.pair.size(1) == 1:  # active messages only
+            return MessageRoutes(actor, active, none, torch.full_like(kind, zero))
+        return MessageRoutes(actor, active, torch.where(has, target, none),
+                             torch.where(has, first + enc.pair.size(0) + pair,
+                                         torch.full_like(kind, zero)))
     if enc.passive is None:
-        return MessageRoutes(actor, kind, torch.full_like(target, -1),
-                             torch.full_like(kind, num_kinds))
+        return MessageRoutes(actor, kind, none, torch.full_like(kind, zero))
     col = enc.passive_col[kind]
     has = (target >= 0) & (col >= 0)
-    zero = num_kinds + enc.passive.size(0) * enc.passive.size(1)
     block = enc.passive_block[idx.action_agent[actions]]  # >= 0 where ``has``
     row = num_kinds + block.clamp(min=0) * enc.passive.size(1) + col
-    return MessageRoutes(actor, kind, torch.where(has, target, torch.full_like(target, -1)),
+    return MessageRoutes(actor, kind, torch.where(has, target, none),
                          torch.where(has, row, torch.full_like(row, zero)))
 
 
