@@ -190,8 +190,9 @@ def unit_row(net, d: HeteroData, type_idx: int, local: int) -> int:
 
 def pair_messages(net, d: HeteroData, a: int) -> Tensor:
     """The pair encoder's ``[c, H]`` messages of action ``a``: its MLP over the actor's and
-    the target's embeddings in the state and, per edge type out of an agent type, the
-    features of the edge actor -> target (zeros without one), concatenated."""
+    the target's embeddings in the state, per edge type out of an agent type the
+    features of the edge actor -> target (zeros without one), and the one-hot of the
+    action's kind among the targeted kinds, concatenated."""
     store, names = d[ACTION], net.schema.node_type_names
     pe = net.action_encoder.pair_encoder
     at, actor = int(store.actor_type[a]), int(store.actor[a])
@@ -206,6 +207,8 @@ def pair_messages(net, d: HeteroData, a: int) -> Tensor:
             if hit.numel() > 0:
                 x = d[et].edge_attr[hit[0]]
         parts.append(x)
+    kinds = list(net.schema.targeted_kinds)
+    parts.append(torch.eye(len(kinds))[kinds.index(int(store.kind[a]))])
     return seq(pe.mlp, torch.cat(parts)).view(pe.messages, -1)
 
 

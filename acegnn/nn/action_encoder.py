@@ -144,7 +144,8 @@ class ActionEncoder(nn.Module):
         if actions is not None:
             need = actions[targeted[actions]].unique()
         out = self.pair_encoder(units, index.action_actor[need], index.action_target[need],
-                                index, edge_index, edge_attr)
+                                self.passive_col[index.action_kind[need]], index, edge_index,
+                                edge_attr)
         c = self.pair_encoder.messages
         if need.numel() == count:  # every row, in action order
             return out.view(count, c, self.hidden), row
@@ -158,20 +159,23 @@ class ActionEncoder(nn.Module):
 
 class PairEncoder(nn.Module):
     r"""Messages of targeted actions from the pair they join (the official SMAC code's
-    action encoder): an MLP over the actor's and the target's unit embeddings and the
-    features of the actor's edge to the target,
+    action encoder): an MLP over the actor's and the target's unit embeddings, the
+    features of the actor's edge to the target and the action's kind,
 
     .. math::
         [m^a, m^p] = \mathrm{MLP}\big([e_u(\mathrm{actor}), e_u(\mathrm{target}),
-            x_{e_1}, \dots, x_{e_T}]\big),
+            x_{e_1}, \dots, x_{e_T}, \mathrm{onehot}(k)]\big),
 
     with :math:`x_{e_t}` the features of the edge ``actor -> target`` of the ``t``-th edge
-    type out of an agent type (zeros where there is none), ``layers`` fc + ReLU, and the
-    output split into the active message :math:`m^a` (to the actor) and the passive one
-    :math:`m^p` (to the target). The official code reads the pair's relation embedding
-    (the relation encoder's output) where this reads the edge's raw features.
+    type out of an agent type (zeros where there is none), :math:`k` the action's kind
+    among the targeted ones, ``layers`` fc + ReLU, and the output split into the active
+    message :math:`m^a` (to the actor) and the passive one :math:`m^p` (to the target).
+    The official SMAC code reads the pair's relation embedding where this reads the
+    edge's raw features, and no kind (each of its units has one targeted kind); its
+    football code, where every action of the ball's owner targets the ball, has one
+    output per kind, which the kind's one-hot stands for here.
 
-    The first layer is computed per unit and per edge, then gathered per pair.
+    The first layer is computed per unit, per edge and per kind, then gathered per pair.
 
     Args:
         schema (GraphSchema): The environment's schema.
@@ -189,15 +193,20 @@ class PairEncoder(nn.Module):
         dims = [schema.edge_types[et] for et in self.edge_types]
         starts = [2 * hidden + sum(dims[:i]) for i in range(len(dims))]
         self.columns = [slice(a, a + d) for a, d in zip(starts, dims)]
-        self.mlp = mlp(2 * hidden + sum(dims), messages * hidden, layers, width=width or hidden)
+        self.kind_start = 2 * hidden + sum(dims)
+        inputs = self.kind_start + len(schema.targeted_kinds)
+        self.mlp = mlp(inputs, messages * hidden, layers, width=width or hidden)
 
-    def forward(self, units: Tensor, actor: Tensor, target: Tensor, index: UnitIndex,
-                edge_index: Dict[EdgeType, Tensor], edge_attr: Dict[EdgeType, Tensor]) -> Tensor:
+    def forward(self, units: Tensor, actor: Tensor, target: Tensor, kind: Tensor,
+                index: UnitIndex, edge_index: Dict[EdgeType, Tensor],
+                edge_attr: Dict[EdgeType, Tensor]) -> Tensor:
         """``[R, messages * hidden]`` messages of the pairs ``(actor[r], target[r])``
-        (flat unit rows)."""
+        (flat unit rows) of actions of targeted kind ``kind[r]`` (the position among the
+        schema's targeted kinds)."""
         fc, H = self.mlp[0], self.hidden
         pre = F.linear(units, fc.weight[:, :H]).index_select(0, actor) + \
-            F.linear(units, fc.weight[:, H:2 * H], fc.bias).index_select(0, target)
+            F.linear(units, fc.weight[:, H:2 * H], fc.bias).index_select(0, target) + \
+            fc.weight[:, self.kind_start:].t().index_select(0, kind)
         key = actor * index.num_units + target
         for et, cols in zip(self.edge_types, self.columns):
             ei = edge_index.get(et)
