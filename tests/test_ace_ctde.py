@@ -365,6 +365,9 @@ def test_config_errors():
     with pytest.raises(ValueError, match="share must be one of"):
         IndividualQ.from_config(ACENetwork(spiders_fly_schema(), hidden=8), ModelConfig(hidden=8),
                                 "x")
+    with pytest.raises(ValueError, match="model.messages=kind only"):
+        IndividualQ.from_config(ACENetwork(spiders_fly_schema(), hidden=8),
+                                ModelConfig(hidden=8, messages="pair"))
 
 
 def test_battle_observations_against_sight_ranges_by_hand():
