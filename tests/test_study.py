@@ -168,6 +168,37 @@ def test_trials_are_run_directories_with_their_commands(tmp_path):
     assert finished(trial, 500) and not finished(trial, 501)
 
 
+def test_variant_overrides_reach_that_variants_trials_only(tmp_path, capsys):
+    """``variant_overrides`` add to one variant's sessions, new and resumed, after the
+    study's ``overrides`` (a switch another learner refuses, as QMIX refuses
+    ``train.compile``); every trial is checked with its own before training."""
+    text = ("env: smax\ntotal_samples: 500\nseeds: [0]\nvariants: [ace, qmix]\n"
+            "overrides: [train.eval_every=99]\n"
+            "variant_overrides: {ace: [train.compile=true]}\n")
+    study = load_study(write(tmp_path, text), str(tmp_path / "study"))
+    ace, qmix = study.trials
+    assert ace.overrides == ("train.eval_every=99", "train.compile=true")
+    assert qmix.overrides == ("train.eval_every=99",)
+    assert train_command(ace, 500, ace.overrides)[3:5] == ["train.eval_every=99",
+                                                            "train.compile=true"]
+    os.makedirs(qmix.run_dir)
+    open(os.path.join(qmix.run_dir, CHECKPOINT), "w").close()
+    assert train_command(qmix, 500, qmix.overrides)[-1] == "train.eval_every=99"
+    assert [o for _, _, o in study.configs()] == [
+        ["seed=0", "train.eval_every=99", "train.compile=true"],
+        ["seed=0", "train.eval_every=99"]]
+    for bad, error in [("{qmx: [train.compile=true]}", "variant_overrides: no variant 'qmx' "
+                                                       "in the study (its variants: ace, qmix)"),
+                       ("[train.compile=true]", "variant_overrides must be a mapping"),
+                       ("{ace: [seed=1]}", "variant_overrides.ace: 'seed=1' sets a key")]:
+        with pytest.raises(ValueError, match=re.escape(error)):
+            load_study(write(tmp_path, text.replace("{ace: [train.compile=true]}", bad)))
+    bad = write(tmp_path, text.replace("{ace: [train.compile=true]}", "{qmix: [train.lr=1]}"))
+    assert main(["study", bad, "--dir", str(tmp_path / "s2")]) == 2
+    assert "s.yaml: variant qmix: " in capsys.readouterr().err
+    assert not (tmp_path / "s2").exists()
+
+
 def test_only_a_run_that_reached_its_budget_or_success_is_finished(tmp_path):
     assert reached({"samples": 2048, "samples_to_success": None}, 2048, False)
     assert reached({"samples": 512, "samples_to_success": 512}, 2048, True)

@@ -12,6 +12,8 @@
     variants:                 # name -> {config, overrides, label}, or a list of names
       ace: {config: configs/spiders_fly_5x5.yaml, overrides: [], label: ACE}
     overrides: [train.eval_every=512]   # optional: every trial, new or resumed
+    variant_overrides:                  # optional: one variant's trials, new or resumed
+      ace: [train.compile=true]         # (after overrides; e.g. a switch other learners refuse)
     resources: {cpus: 1, gpus: 0}       # optional: what Ray reserves for a trial
     max_failures: 2                     # optional: retries of a trial whose worker raised
     results: docs/smax_runs   # optional: where finished trials' curves are kept (committed)
@@ -41,7 +43,7 @@ import yaml
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 #: Keys of a study file, of a variant and of ``resources``.
 KEYS = ("env", "metric", "mode", "dir", "total_samples", "seeds", "scenarios", "variants",
-        "overrides", "resources", "max_failures", "results", "at", "window")
+        "overrides", "variant_overrides", "resources", "max_failures", "results", "at", "window")
 VARIANT_KEYS = ("config", "overrides", "label")
 RESOURCE_KEYS = ("cpus", "gpus")
 #: Config keys a study sets for each trial: an override may not set them.
@@ -75,6 +77,9 @@ class Trial:
     config: str
     start: Tuple[str, ...]
     """Overrides of a new run: seed, scenario, then the variant's."""
+    overrides: Tuple[str, ...] = ()
+    """Overrides of every session, new or resumed: the study's ``overrides``, then its
+    variant's ``variant_overrides``."""
 
     @property
     def name(self) -> str:
@@ -93,6 +98,8 @@ class Study:
     variants: Dict[str, Variant]
     scenarios: Tuple[Optional[str], ...] = (None,)
     overrides: Tuple[str, ...] = ()
+    variant_overrides: Dict[str, Tuple[str, ...]] = field(default_factory=dict)
+    """Overrides of one variant's trials, new or resumed, after ``overrides``."""
     metric: str = "win_rate"
     mode: str = "max"
     cpus: float = 1.0
@@ -119,8 +126,10 @@ class Study:
                     start = (f"seed={seed}",
                              *([f"env.scenario={scenario}"] if scenario else []),
                              *variant.overrides)
+                    every = (*self.overrides, *self.variant_overrides.get(variant.name, ()))
                     trials.append(Trial(variant.name, scenario, seed,
-                                        os.path.join(self.dir, name), variant.config, start))
+                                        os.path.join(self.dir, name), variant.config, start,
+                                        every))
         object.__setattr__(self, "trials", trials)
 
     @property
@@ -143,7 +152,7 @@ class Study:
                 seen.add((trial.variant, trial.scenario))
                 where = f"variant {trial.variant}" + (f", scenario {trial.scenario}"
                                                       if trial.scenario else "")
-                out.append((where, trial.config, [*trial.start, *self.overrides]))
+                out.append((where, trial.config, [*trial.start, *trial.overrides]))
         return out
 
 
@@ -161,6 +170,19 @@ def _overrides(path: str, key: str, value: Any) -> Tuple[str, ...]:
             raise ValueError(f"{path}: {key}: {o!r} sets a key the study sets for each trial "
                              f"({', '.join(OWN_KEYS)})")
     return tuple(value)
+
+
+def _variant_overrides(path: str, value: Any, variants: Dict[str, Variant]
+                       ) -> Dict[str, Tuple[str, ...]]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise _fail(path, "variant_overrides", "a mapping of variant names to overrides", value)
+    for name in value:
+        if name not in variants:
+            raise ValueError(f"{path}: variant_overrides: no variant {name!r} in the study "
+                             f"(its variants: {', '.join(variants)})")
+    return {name: _overrides(path, f"variant_overrides.{name}", o) for name, o in value.items()}
 
 
 def _unknown(path: str, where: str, got: dict, keys: Tuple[str, ...]) -> None:
@@ -305,6 +327,8 @@ def load_study(path: str, study_dir: Optional[str] = None) -> Study:
                   variants=variants,
                   scenarios=tuple(scenarios) if scenarios else (None,),
                   overrides=_overrides(path, "overrides", raw.get("overrides")),
+                  variant_overrides=_variant_overrides(path, raw.get("variant_overrides"),
+                                                       variants),
                   metric=metric, mode=mode, cpus=float(cpus), gpus=float(gpus),
                   max_failures=failures, cwd=os.getcwd(),
                   results=os.path.abspath(results) if results else None, at=tuple(at),

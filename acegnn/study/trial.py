@@ -147,7 +147,7 @@ def train_trial(trial: Trial, study: Study, on_eval: Callable[[Dict[str, float]]
     if holder is not None:  # before anything of the run is touched
         raise RuntimeError(f"{trial.name}: {trial.run_dir} is being trained by {holder}")
     _forget_stale(trial.run_dir)
-    cmd = train_command(trial, study.total_samples, study.overrides)
+    cmd = train_command(trial, study.total_samples, trial.overrides)
     os.makedirs(trial.run_dir, exist_ok=True)
     threads = str(max(1, int(study.cpus)))
     env = dict(os.environ, OMP_NUM_THREADS=threads, MKL_NUM_THREADS=threads)
