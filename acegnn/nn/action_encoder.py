@@ -9,6 +9,7 @@ from torch.nn import functional as F
 
 from acegnn.graph.index import UnitIndex
 from acegnn.graph.schema import EdgeType, GraphSchema
+from acegnn.nn.se_state import targeted_columns
 from acegnn.nn.unit_encoder import mlp, reset_mlp
 
 
@@ -94,8 +95,7 @@ class ActionEncoder(nn.Module):
         need = None
         if actions is not None:
             need = torch.zeros(index.num_agents, k, dtype=torch.bool, device=aims.device)
-            col = self.passive_col[index.action_kind[actions]]
-            has = (index.action_target[actions] >= 0) & (col >= 0)
+            col, has = targeted_columns(index, self.passive_col, actions)
             need[index.action_agent[actions][has], col[has]] = True
         for t, enc in self.passive_encoders.items():
             rows = index.flat[t]
@@ -136,7 +136,7 @@ class ActionEncoder(nn.Module):
         ``row`` is the same either way), as in :meth:`passive_table`."""
         if not self.pairs:
             return None, None
-        targeted = (index.action_target >= 0) & (self.passive_col[index.action_kind] >= 0)
+        col, targeted = targeted_columns(index, self.passive_col)
         row = torch.where(targeted, torch.cumsum(targeted, 0) - 1,
                           torch.full_like(index.action_target, -1))
         count = int(targeted.sum())
@@ -144,8 +144,7 @@ class ActionEncoder(nn.Module):
         if actions is not None:
             need = actions[targeted[actions]].unique()
         out = self.pair_encoder(units, index.action_actor[need], index.action_target[need],
-                                self.passive_col[index.action_kind[need]], index, edge_index,
-                                edge_attr)
+                                col[need], index, edge_index, edge_attr)
         c = self.pair_encoder.messages
         if need.numel() == count:  # every row, in action order
             return out.view(count, c, self.hidden), row

@@ -18,7 +18,7 @@ encoder's pre-activations (:class:`acegnn.nn.value_head.SuccessorValues`).
 """
 from __future__ import annotations
 
-from typing import NamedTuple, Optional
+from typing import NamedTuple, Optional, Tuple
 
 import torch
 from torch import Tensor
@@ -57,6 +57,18 @@ class MessageRoutes(NamedTuple):
     active: Tensor  # [K] row of the active message (the action's kind)
     target: Tensor  # [K] flat row of the target unit, -1 where no passive message
     passive: Tensor  # [K] row of the passive message; the table's zero row where none
+
+
+def targeted_columns(index: UnitIndex, passive_col: Tensor,
+                     actions: Optional[Tensor] = None) -> Tuple[Tensor, Tensor]:
+    """For ``actions`` (rows of the action table; default: all of them) the column of
+    each one's kind among the targeted kinds (-1 if untargeted) and whether it sends a
+    message to a target (a targeted kind with a target)."""
+    kind, target = index.action_kind, index.action_target
+    if actions is not None:
+        kind, target = kind[actions], target[actions]
+    col = passive_col[kind]
+    return col, (target >= 0) & (col >= 0)
 
 
 def message_table(enc: EncodedState) -> Tensor:
@@ -111,8 +123,7 @@ def message_routes(enc: EncodedState, actions: Tensor) -> MessageRoutes:
                                          torch.full_like(kind, zero)))
     if enc.passive is None:
         return MessageRoutes(actor, kind, none, torch.full_like(kind, zero))
-    col = enc.passive_col[kind]
-    has = (target >= 0) & (col >= 0)
+    col, has = targeted_columns(idx, enc.passive_col, actions)
     block = enc.passive_block[idx.action_agent[actions]]  # >= 0 where ``has``
     row = num_kinds + block.clamp(min=0) * enc.passive.size(1) + col
     return MessageRoutes(actor, kind, torch.where(has, target, none),
