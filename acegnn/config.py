@@ -73,12 +73,16 @@ def _structured(raw: Any, backend: bool = True) -> ExperimentConfig:
     """``raw`` through the dataclasses."""
     default = _defaults(raw, backend)
     try:
-        return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(default), raw))
+        cfg = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(default), raw))
     except ValueError as e:  # a component's own check (__post_init__)
         raise ValueError(f"invalid config: {e}") from None
     except OmegaConfBaseException as e:
         msg = str(e).splitlines()[0]
         raise ValueError(f"invalid config: {msg}\nvalid keys: {', '.join(_valid_keys(default))}") from None
+    learner = LEARNERS.get(cfg.algo.name)
+    if cfg.train.compile and getattr(learner, "compiled_kernels", None) is False:
+        raise ValueError(f"invalid config: {learner.no_compiled_kernels(cfg.algo.name)}")
+    return cfg
 
 
 def load_config(path: Optional[str] = None, overrides: Sequence[str] = (),

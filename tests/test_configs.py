@@ -96,3 +96,25 @@ def test_a_run_saves_the_resolved_config_without_base(tmp_path):
     assert main(args) == 0
     saved = (tmp_path / "r" / "config.yaml").read_text()
     assert "base" not in saved and "distill_weight: 1.0" in saved and "layers: 3" in saved
+
+
+def test_train_compile_is_refused_for_a_learner_without_compiled_kernels(tmp_path, capsys,
+                                                                           monkeypatch):
+    """QMIX has no compiled kernels: ``train.compile`` is refused when the config is
+    loaded, before a run directory exists; a learner that does not say
+    (``compiled_kernels = None``, e.g. one of your own) when the trainer is built."""
+    from acegnn.algos import ValueDecomposition
+    from acegnn.cli import main
+
+    args = ["train", os.path.join(ROOT, "configs", "spiders_fly_5x5_baselines.yaml"),
+            "train.compile=true", "train.total_samples=16", "train.eval_every=0",
+            f"run.dir={tmp_path}", "run.name=r"]
+    error = "train.compile: qmix has no compiled kernels (they value ACE's candidates)"
+    assert main(args) == 2
+    assert error in capsys.readouterr().err
+    assert not (tmp_path / "r").exists()
+    assert not load_config(args[1], ["train.compile=false"]).train.compile
+    monkeypatch.setattr(ValueDecomposition, "compiled_kernels", None)
+    assert load_config(args[1], ["train.compile=true"]).train.compile
+    assert main(args) == 2
+    assert error in capsys.readouterr().err

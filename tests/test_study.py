@@ -197,6 +197,13 @@ def test_variant_overrides_reach_that_variants_trials_only(tmp_path, capsys):
     assert main(["study", bad, "--dir", str(tmp_path / "s2")]) == 2
     assert "s.yaml: variant qmix: " in capsys.readouterr().err
     assert not (tmp_path / "s2").exists()
+    # the switch set for every variant: refused when the study is loaded, not hours in
+    bad = write(tmp_path, text.replace("variant_overrides: {ace: [train.compile=true]}\n",
+                                       "").replace("99]", "99, train.compile=true]"))
+    assert main(["study", bad, "--dir", str(tmp_path / "s3")]) == 2
+    assert ("s.yaml: variant qmix: invalid config: train.compile: qmix has no compiled "
+            "kernels") in capsys.readouterr().err
+    assert not (tmp_path / "s3").exists()
 
 
 def test_only_a_run_that_reached_its_budget_or_success_is_finished(tmp_path):

@@ -145,6 +145,7 @@ class ACEDQN(QLearner):
     """
 
     config_class = ACEDQNConfig
+    compiled_kernels = True
     model_class = ModelConfig
 
     def __init__(self, schema: GraphSchema, cfg: ACEDQNConfig, model: ModelConfig,

@@ -308,6 +308,7 @@ class ACEPPO(LearnerBase):
     """
 
     config_class = ACEPPOConfig
+    compiled_kernels = True
     model_class = ModelConfig
     loop = "on_policy"
 

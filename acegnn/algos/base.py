@@ -154,6 +154,11 @@ class LearnerBase:
     it by extending :meth:`state_dict` and :meth:`load_state_dict`.
     """
 
+    compiled_kernels: Optional[bool] = None
+    """Whether the learner's networks have ``train.compile`` kernels. ``False`` makes a
+    config with ``train.compile=true`` fail when it is loaded; ``None`` (unknown: a
+    learner of your own) is checked when the trainer is built."""
+
     def __init__(self, net: nn.Module, cfg: OptimConfig, device) -> None:
         self.cfg, self.device = cfg, torch_device(device)
         self.net = net.to(self.device)
@@ -177,6 +182,12 @@ class LearnerBase:
                if isinstance(v, Tensor)):
             return graphs
         return graphs.to(self.device)
+
+    @staticmethod
+    def no_compiled_kernels(name: str) -> str:
+        """The error of ``train.compile`` set for a learner without compiled kernels."""
+        return (f"train.compile: {name} has no compiled kernels (they value ACE's "
+                f"candidates); set it to false")
 
     def use_compiled(self, on: bool = True) -> int:
         """Switch the compiled candidate kernels (``train.compile``) of the value heads

@@ -31,7 +31,7 @@ from torch import Tensor
 from torch.profiler import record_function
 from torch_geometric.data import Batch
 
-from acegnn.algos.base import zero_fraction
+from acegnn.algos.base import LearnerBase, zero_fraction
 from acegnn.algos.checkpoint import (CHECKPOINT_VERSION, SUCCESS_CHECKPOINT, checkpoint_path,
                                      save_checkpoint)
 from acegnn.algos.collector import Collector, Step
@@ -246,8 +246,7 @@ class TrainingLoop(abc.ABC):
             use = getattr(learner, "use_compiled", None)
             if use is None or use(True) == 0:
                 name = getattr(getattr(learner, "cfg", None), "name", type(learner).__name__)
-                raise ValueError(f"train.compile: {name} has no compiled kernels (they value "
-                                 f"ACE's candidates); set it to false")
+                raise ValueError(LearnerBase.no_compiled_kernels(name))
 
     @property
     def samples(self) -> int:

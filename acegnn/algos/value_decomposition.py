@@ -110,6 +110,7 @@ class ValueDecomposition(QLearner):
     """
 
     config_class = ValueDecompositionConfig
+    compiled_kernels = False
     model_class = AgentModelConfig
 
     def __init__(self, schema: GraphSchema, cfg: ValueDecompositionConfig, model: AgentModelConfig,
