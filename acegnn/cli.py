@@ -144,12 +144,14 @@ def cmd_study(args: argparse.Namespace) -> int:
     from acegnn.study import finished, load_study, write_report
 
     study = load_study(args.study, args.dir)
-    todo = [t for t in study.trials if not finished(t, study.total_samples, study.results)]
+    chosen = study.only(args.trials) if args.trials else study
+    todo = [t for t in chosen.trials if not finished(t, study.total_samples, study.results)]
     if not args.report:
-        print(f"study {study.name}: {len(study.trials)} trials in {study.dir}, "
-              f"{len(study.trials) - len(todo)} finished, {len(todo)} to train", flush=True)
+        of = f" (--trials: {len(chosen.trials)} of {len(study.trials)})" if args.trials else ""
+        print(f"study {study.name}: {len(chosen.trials)} trials in {study.dir}{of}, "
+              f"{len(chosen.trials) - len(todo)} finished, {len(todo)} to train", flush=True)
     if todo and not args.report:
-        left = train_study(study, args.address, args.cpus, args.progress_every)
+        left = train_study(chosen, args.address, args.cpus, args.progress_every)
         if left:
             print(f"acegnn: {len(left)} trials did not finish: {', '.join(t.name for t in left)} "
                   f"(the study.log of each and the errors printed above say why); the same "
@@ -206,6 +208,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     s.add_argument("--report", action="store_true",
                    help="train nothing: write and print the tables and curves")
     s.add_argument("--cpus", type=int, help="CPUs of the local Ray (default: all)")
+    s.add_argument("--trials", nargs="+", metavar="PATTERN",
+                   help="train only the trials whose names match a shell pattern, e.g. "
+                        "'ace_rec_wo_ia_*' '*_seed2' (the report covers the whole study)")
     s.add_argument("--progress-every", type=float, default=30.0, metavar="SECONDS",
                    help="seconds between progress lines (default: 30)")
     s.set_defaults(fn=cmd_study)

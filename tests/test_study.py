@@ -206,6 +206,40 @@ def test_variant_overrides_reach_that_variants_trials_only(tmp_path, capsys):
     assert not (tmp_path / "s3").exists()
 
 
+def test_trials_picks_trials_by_name_and_trains_those_only(tmp_path, capsys):
+    """``--trials``: shell patterns over the trials' names, kept in the study's order;
+    the others are left as they are (here: not trained, though unfinished), and the
+    report covers the whole study. A pattern that matches nothing is refused, naming
+    the trials."""
+    text = TINY.replace("spiders_fly\n", "smax\n", 1).replace(
+        "variants:\n  ace: {config: configs/spiders_fly_5x5.yaml}",
+        "variants: [ace, qmix]").replace("seeds: [0]", "seeds: [0, 1]").replace(
+        "metric: success_rate\n", "")
+    path = write(tmp_path, text + "scenarios: [3m]\n")
+    study = load_study(path, str(tmp_path / "study"))
+    names = lambda s: [t.name for t in s.trials]  # noqa: E731
+    assert names(study.only(["qmix_*"])) == ["qmix_3m_seed0", "qmix_3m_seed1"]
+    assert names(study.only(["*seed1", "ace_3m_seed0"])) == [
+        "ace_3m_seed0", "ace_3m_seed1", "qmix_3m_seed1"]
+    assert len(study.trials) == 4  # the study itself is unchanged
+    with pytest.raises(ValueError, match=re.escape(
+            "--trials 'qmx_*' matches none of the study's trials (ace_3m_seed0, "
+            "ace_3m_seed1, qmix_3m_seed0, qmix_3m_seed1)")):
+        study.only(["ace_*", "qmx_*"])
+    for trial in study.only(["*_seed1"]).trials:  # finished: nothing to train, no Ray
+        os.makedirs(trial.run_dir)
+        with open(os.path.join(trial.run_dir, DONE), "w") as f:
+            json.dump({"total_samples": 2048, "samples": 2048}, f)
+        pathlib.Path(trial.run_dir, "eval.csv").write_text("samples,win_rate\n2048,0.5\n")
+    assert main(["study", path, "--dir", study.dir, "--trials", "*_seed1"]) == 0
+    out = capsys.readouterr().out
+    assert f"study s: 2 trials in {study.dir} (--trials: 2 of 4), 2 finished, 0 to train" in out
+    assert "| 1 | 2,048 | 0.50 (0.50-0.50) |" in out  # the report of the seeds kept
+    assert not os.path.exists(study.trials[0].run_dir)
+    assert main(["study", path, "--dir", study.dir, "--trials", "nope"]) == 2
+    assert "--trials 'nope' matches none" in capsys.readouterr().err
+
+
 def test_only_a_run_that_reached_its_budget_or_success_is_finished(tmp_path):
     assert reached({"samples": 2048, "samples_to_success": None}, 2048, False)
     assert reached({"samples": 512, "samples_to_success": 512}, 2048, True)
@@ -288,11 +322,11 @@ def test_a_trial_another_process_trains_is_left_alone(tmp_path):
 def test_a_row_being_written_is_not_reported(tmp_path):
     path = tmp_path / "eval.csv"
     path.write_text("samples,win_rate\n256,0.5\n512,0.2")  # 512,0.25 half written
-    assert trial_module._last_eval(str(path)) == {"samples": 256.0, "win_rate": 0.5}
+    assert trial_module.last_eval(str(path)) == {"samples": 256.0, "win_rate": 0.5}
     path.write_text("samples,win_rate\n256,0.5\n512,0.25\n")
-    assert trial_module._last_eval(str(path)) == {"samples": 512.0, "win_rate": 0.25}
+    assert trial_module.last_eval(str(path)) == {"samples": 512.0, "win_rate": 0.25}
     path.write_text("samples,win")
-    assert trial_module._last_eval(str(path)) is None
+    assert trial_module.last_eval(str(path)) is None
 
 
 def test_progress_line_counts_trials_and_the_headline():

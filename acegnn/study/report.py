@@ -18,7 +18,7 @@ import sys
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from acegnn.study.spec import Study
-from acegnn.study.trial import DONE, _last_eval, kept
+from acegnn.study.trial import DONE, last_eval, kept
 from acegnn.utils.io import write_text
 from acegnn.utils.runs import read_csv
 
@@ -244,7 +244,7 @@ def _keep(curve: str, summary: str, csv: str, json_path: str) -> None:
     """Copy a finished trial's ``curve`` and ``summary`` to ``csv`` and ``json_path``,
     unless ``csv`` holds a curve that goes further (a longer run of the same name)."""
     if os.path.isfile(csv):
-        old, new = _last_eval(csv), _last_eval(curve)
+        old, new = last_eval(csv), last_eval(curve)
         if old and new and old["samples"] > new["samples"]:
             print(f"kept {csv} (to {int(old['samples']):,} steps), not replaced by "
                   f"{curve} (to {int(new['samples']):,})", file=sys.stderr)

@@ -32,6 +32,8 @@ files, and a trial kept there to the study's budget is not trained again.
 """
 from __future__ import annotations
 
+import copy
+import fnmatch
 import os
 import re
 from dataclasses import dataclass, field
@@ -135,6 +137,22 @@ class Study:
     @property
     def name(self) -> str:
         return os.path.splitext(os.path.basename(self.path))[0]
+
+    def only(self, patterns: List[str]) -> "Study":
+        """The study with those of its trials whose names match one of ``patterns``
+        (shell patterns: ``ace_rec_wo_ia_*``, ``*_seed2``), in the study's order.
+
+        Raises:
+            ValueError: a pattern that matches no trial (naming the trials).
+        """
+        for pattern in patterns:
+            if not any(fnmatch.fnmatchcase(t.name, pattern) for t in self.trials):
+                raise ValueError(f"{self.path}: --trials {pattern!r} matches none of the "
+                                 f"study's trials ({', '.join(t.name for t in self.trials)})")
+        chosen = copy.copy(self)
+        object.__setattr__(chosen, "trials", [
+            t for t in self.trials if any(fnmatch.fnmatchcase(t.name, p) for p in patterns)])
+        return chosen
 
     @property
     def labels(self) -> Dict[str, Dict[str, str]]:

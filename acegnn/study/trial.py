@@ -96,7 +96,7 @@ def _poll(proc: subprocess.Popen, seconds: float) -> Optional[int]:
         return None
 
 
-def _last_eval(path: str) -> Optional[Dict[str, float]]:
+def last_eval(path: str) -> Optional[Dict[str, float]]:
     """The last row of ``eval.csv`` written whole (a row being written is left out)."""
     try:
         rows = read_csv(path, complete=True)
@@ -163,7 +163,7 @@ def train_trial(trial: Trial, study: Study, on_eval: Callable[[Dict[str, float]]
             code = None
             while code is None:
                 code = _poll(proc, poll_s)
-                row = _last_eval(os.path.join(trial.run_dir, "eval.csv"))
+                row = last_eval(os.path.join(trial.run_dir, "eval.csv"))
                 if row is not None and row["samples"] != reported:
                     reported = row["samples"]
                     on_eval(row)
@@ -192,7 +192,7 @@ def train_trial(trial: Trial, study: Study, on_eval: Callable[[Dict[str, float]]
 
 def headline(trial: Trial, metric: str) -> float:
     """The trial's last evaluation of ``metric`` (NaN before its first)."""
-    row = _last_eval(os.path.join(trial.run_dir, "eval.csv")) or {}
+    row = last_eval(os.path.join(trial.run_dir, "eval.csv")) or {}
     return row.get(metric, float("nan"))
 
 
