@@ -593,3 +593,51 @@ def test_top3_and_max_without_agree_with_sorting_where_values_tie():
         assert torch.equal(first, rest[:, 0])
         if n > 1:
             assert torch.equal(second, rest[:, 1])
+
+
+@pytest.mark.parametrize("values,max_steps", [("all", 1), ("chosen", None), ("successors", None)])
+def test_only_the_message_rows_read_are_transformed(monkeypatch, values, max_steps):
+    """The value encoder's ``W m`` is computed for the message rows a rollout reads, each
+    once (a rollout to the first agent reads that agent's; one that values the given
+    actions only, theirs), and the values are those of the whole transformed table."""
+    import acegnn.nn.rollout as rollout_module
+    from acegnn.nn.se_state import message_routes, zero_row
+    from acegnn.nn.value_head import ValueHead
+
+    torch.manual_seed(0)
+    schema, states = make_states(seed=4)
+    net = ACENetwork(schema, hidden=16, pool="mean_max", layers=2)
+    b = collate(states)
+    forced = net.rollout(b, order="random", generator=torch.Generator().manual_seed(5))
+    selector = None if values == "all" else Forced(forced.actions)
+    transformed = []
+    message_pre = ValueHead.message_pre
+    monkeypatch.setattr(ValueHead, "message_pre",
+                        lambda self, m: transformed.append(m.size(0)) or message_pre(self, m))
+
+    def run():
+        return net.rollout(b, order=forced.rank, selector=selector, values=values,
+                           max_steps=max_steps)
+
+    ro = run()
+    enc, idx = ro.encoded, ro.encoded.index
+    if values == "all":  # every action of the first agents
+        actions = torch.isin(idx.action_agent, (forced.rank == 0).nonzero().view(-1))
+        actions = actions.nonzero().view(-1)
+    elif values == "chosen":
+        actions = forced.action_ids[forced.action_ids >= 0]
+    else:  # the first agents' given actions, every action of the others
+        first = forced.rank[idx.action_agent] == 0
+        actions = torch.cat([forced.action_ids[(forced.rank == 0) & (forced.action_ids >= 0)],
+                             (~first).nonzero().view(-1)])
+    routes = message_routes(enc, actions)
+    read = torch.cat([routes.active, routes.passive]).unique()
+    assert transformed == [read.numel()]
+    assert read.numel() < zero_row(enc) + 1  # fewer than the table's rows
+    monkeypatch.setattr(rollout_module, "_message_rows", lambda cand, device: None)
+    transformed.clear()
+    full = run()
+    assert transformed == [zero_row(enc) + 1]
+    torch.testing.assert_close(ro.candidate_values.nan_to_num(), full.candidate_values.nan_to_num(),
+                               rtol=0, atol=1e-6)
+    assert torch.equal(ro.action_ids, full.action_ids)

@@ -256,17 +256,34 @@ def _candidates(enc: EncodedState, plan: _Plan, table: Optional[_Routes],
     return _Candidates(steps, reached, start, given_only, given, given_pool, table, pool, valid)
 
 
+def _message_rows(cand: _Candidates, device: torch.device) -> Tensor:
+    """Every message row that the steps of ``cand`` read (with repeats): the given
+    actions' of the first ``start`` agents, every entry's of the agents after them."""
+    parts = []
+    if cand.start > 0:
+        parts.append(cand.given.msg)
+        if cand.given.extra is not None:
+            parts.append(cand.given.extra)
+    if cand.reached > cand.start:
+        parts.append(cand.table.msg[cand.start:cand.reached])
+        if cand.table.extra is not None:
+            parts.append(cand.table.extra[cand.start:cand.reached])
+    return torch.cat([p.reshape(-1) for p in parts]) if parts else \
+        torch.zeros(0, dtype=torch.long, device=device)
+
+
 def _value_and_select(net: "ACENetwork", enc: EncodedState, plan: _Plan, cand: _Candidates,
-                      selector: Selector, generator: Optional[torch.Generator], lazy: bool,
+                      selector: Selector, generator: Optional[torch.Generator],
                       logit_head: Optional[ValueHead]) -> Tuple[_Trace, Tensor]:
     """Phase 3: step by step, value the acting agents' candidates, let the selector
     choose, and move the SE-states along the choices. Returns the trace and the message
     table the choices index."""
     idx = enc.index
     messages = message_table(enc)
-    heads = [SuccessorValues(net.value_head, enc.units, idx, messages, lazy=lazy)]
+    read = _message_rows(cand, enc.units.device)
+    heads = [SuccessorValues(net.value_head, enc.units, idx, messages, read)]
     if logit_head is not None:
-        heads.append(SuccessorValues(logit_head, enc.units, idx, messages))
+        heads.append(SuccessorValues(logit_head, enc.units, idx, messages, read))
     trace = _Trace([], [], [], [], [], [], [])
     first_column = torch.zeros(max(plan.counts, default=0), dtype=torch.long,
                                device=enc.units.device)
@@ -471,6 +488,5 @@ def sequential_rollout(
         raise ValueError(f"values={values!r} needs a selector whose actions are known "
                          f"before valuing (Forced) (got {selector!r})")
     cand = _candidates(enc, plan, table, given_rows, values, max_steps)
-    trace, messages = _value_and_select(net, enc, plan, cand, selector, generator,
-                                        values == "chosen", logit_head)
+    trace, messages = _value_and_select(net, enc, plan, cand, selector, generator, logit_head)
     return _assemble(enc, plan, cand, trace, messages, logit_head is not None)

@@ -383,13 +383,26 @@ class Successors(NamedTuple):
         return Successors(*(None if t is None else t.index_select(0, rows) for t in self[:-1]))
 
 
+def transformed_messages(head: ValueHead, messages: Tensor, read: Optional[Tensor] = None
+                         ) -> Tensor:
+    """:meth:`ValueHead.message_pre` of the rows ``read`` ``[K]`` (repeats allowed) of
+    ``messages`` ``[M, H]``, each once, at their rows of an ``[M, H]`` table that is zero
+    elsewhere; of every row without ``read``."""
+    if read is None:
+        return head.message_pre(messages)
+    used = torch.unique(read)
+    return messages.new_zeros(messages.shape).index_copy(
+        0, used, head.message_pre(messages.index_select(0, used)))
+
+
 class SuccessorValues:
     r"""V of the candidate successors of one SE-state after another, without re-encoding.
 
     It keeps the value encoder's first-fc pre-activations
     :math:`p_j = W e_j + b` of every unit of the current SE-state. A candidate that adds
     message :math:`m` to row :math:`j` reads :math:`p_j + W m`, then the ReLU and the
-    later layers. Every message is transformed once (:meth:`ValueHead.message_pre`).
+    later layers. Every message that a step reads is transformed once
+    (:meth:`ValueHead.message_pre`).
     With :attr:`ValueHead.linear_readout` it keeps one scalar :math:`w^\top h_j` per unit
     and the per-graph sums of the pooled ones.
 
@@ -404,9 +417,11 @@ class SuccessorValues:
         index (UnitIndex): The batch's indexing.
         messages (Tensor): ``[M, H]`` every message a candidate may add (the rows of
             :func:`acegnn.nn.se_state.message_table`).
-        lazy (bool, optional): Transform only the messages each :meth:`values` call
-            reads, when it reads them, instead of every message once: cheaper when few
-            candidates are valued (the chosen ones only). (default: :obj:`False`)
+        read (Tensor, optional): The message rows that :meth:`values` will read (any
+            order, repeats allowed): only they are transformed, once each; the other rows
+            of the transformed table are zero. A rollout on ``s'`` to its first agent
+            reads a fifth of a battle's messages, and a marine never its passive
+            ``heal`` row. (default: every row)
 
     Shapes (of :meth:`values`, ``c`` agents with ``S`` candidates each):
         - **read, write, msg, pool:** ``[c, 2, S]``: per candidate its actor (``[:, 0]``)
@@ -418,13 +433,12 @@ class SuccessorValues:
     """
 
     def __init__(self, head: ValueHead, units: Tensor, index: UnitIndex, messages: Tensor,
-                 lazy: bool = False) -> None:
+                 read: Optional[Tensor] = None) -> None:
         self.head, self.index = head, index
         self.pre = head.pre_hidden(torch.cat([units, units.new_zeros(1, units.size(1))]))
-        self.messages, self.lazy = messages, lazy
-        self.msg = None if lazy else head.message_pre(messages)
+        self.msg = transformed_messages(head, messages, read)
         self.inplace = not (torch.is_grad_enabled() and (
-            self.pre.requires_grad or (messages if lazy else self.msg).requires_grad))
+            self.pre.requires_grad or self.msg.requires_grad))
         self.scalar = head.linear_readout
         h = head.hidden_of_pre(self.pre)
         B, U, alive = index.num_graphs, index.num_units, index.unit_alive
@@ -441,22 +455,8 @@ class SuccessorValues:
             self.hidden = h
             self.alive_count: Optional[Tensor] = None  # [B], once needed
 
-    def _message_pre(self, rows: Tensor) -> Tensor:
-        """``W m`` of the messages ``rows`` ``[K] -> [K, H]``."""
-        if self.lazy:
-            return self.head.message_pre(self.messages.index_select(0, rows))
-        return self.msg.index_select(0, rows)
-
     def _put(self, t: Tensor, rows: Tensor, new: Tensor) -> Tensor:
         return t.index_copy_(0, rows, new) if self.inplace else t.index_copy(0, rows, new)
-
-    def _pre(self, read: Tensor, msg: Tensor, extra: Optional[Tensor]) -> Tensor:
-        """:func:`successor_pre` of the candidates, with the messages transformed as
-        this object keeps them (all at once, or lazily)."""
-        if not self.lazy:
-            return gathered_pre(self.pre, self.msg, read, msg, extra)
-        return successor_pre(self.pre, read, self._message_pre(msg.reshape(-1)),
-                             None if extra is None else self._message_pre(extra.reshape(-1)))
 
     def values(self, graph: Tensor, read: Tensor, msg: Tensor, extra: Optional[Tensor],
                write: Tensor, pool: Tensor, single: bool = True) -> Tuple[Tensor, "Successors"]:
@@ -467,14 +467,14 @@ class SuccessorValues:
         candidates of their own, valued against the statistics they share, as where
         ``S > 1`` (the valid candidates of a step, one per row)."""
         c, _, S = read.shape
-        fast = self.head.compiled and not self.lazy and not torch.is_grad_enabled()
+        fast = self.head.compiled and not torch.is_grad_enabled()
         if self.scalar:
             weight = self.head.out[0].weight[0]
             pre = None
             if fast:
                 score = compiled(successor_scores)(self.pre, self.msg, read, msg, extra, weight)
             else:
-                pre = self._pre(read, msg, extra)
+                pre = gathered_pre(self.pre, self.msg, read, msg, extra)
                 score = self.head.hidden_of_pre(pre).matmul(weight)
             rows = read.reshape(-1)
             change = (score - self.score.index_select(0, rows).view(c, 2, S)).mul_(pool).sum(1)
@@ -483,8 +483,8 @@ class SuccessorValues:
                 total = total.div_(self.count.index_select(0, graph).unsqueeze(1))
             return total.add_(self.bias), Successors(pre, read, msg, extra, score, change, write, graph)
         index = self.index
-        pre = compiled(gathered_pre)(self.pre, self.msg, read, msg, extra) if fast else \
-            self._pre(read, msg, extra)
+        pre = (compiled(gathered_pre) if fast else gathered_pre)(self.pre, self.msg, read, msg,
+                                                                  extra)
         if S == 1 and single:  # one successor per agent (the given actions): pool it whole, as
             # cheap as the statistics that candidates share and without their top-k
             hidden = self._put(self.hidden, write.reshape(-1),
@@ -536,7 +536,8 @@ class SuccessorValues:
 
         if pre is None:
             chosen_extra = None if extra is None else extra.reshape(-1).index_select(0, entry).view(c, 1)
-            pre = self._pre(pick(read), pick(msg), chosen_extra).view(2 * c, -1)  # [2c, H]
+            pre = gathered_pre(self.pre, self.msg, pick(read), pick(msg),
+                               chosen_extra).view(2 * c, -1)  # [2c, H]
         else:
             pre = pre.reshape(-1, pre.size(-1)).index_select(0, both)
         rows = write.reshape(-1).index_select(0, both)
