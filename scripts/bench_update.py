@@ -67,6 +67,9 @@ def main(argv=None) -> dict:
     p.add_argument("--repeats", type=int, default=6, help="timed rounds (median reported)")
     p.add_argument("--updates", type=int, default=10, help="updates per round")
     p.add_argument("--compare-all-values", action="store_true")
+    p.add_argument("--cpu-time", action="store_true", help="time by the process's CPU time "
+                   "(time.process_time) instead of the wall clock: steadier beside other "
+                   "processes on few cores; one thread only, and not on a GPU")
     p.add_argument("--profile", type=int, default=0, metavar="N",
                    help="also profile N loop steps with torch.profiler and print the "
                         "operators that took the most time, with FLOP counts")
@@ -81,6 +84,9 @@ def main(argv=None) -> dict:
     ns = p.parse_args(argv)
     if ns.batch and (ns.save_batch or ns.profile):
         p.error("--batch times a saved batch only: no --save-batch or --profile with it")
+    if ns.cpu_time and ns.threads != 1:
+        p.error("--cpu-time sums the CPU time of every thread: use it with --threads 1")
+    clock = time.process_time if ns.cpu_time else time.perf_counter
     torch.set_num_threads(ns.threads)
     trainer = None
     with tempfile.TemporaryDirectory() as tmp:
@@ -114,6 +120,8 @@ def main(argv=None) -> dict:
         learner.use_compiled(True)
     torch.set_flush_denormal(cfg.train.flush_denormal)  # as a training session does
     device = torch.device(getattr(learner, "device", "cpu"))
+    if ns.cpu_time and device.type == "cuda":
+        p.error("--cpu-time does not count the GPU's time: time a GPU by the wall clock")
 
     def wait():  # a GPU runs asynchronously: time what it has done
         if device.type == "cuda":
@@ -135,20 +143,21 @@ def main(argv=None) -> dict:
     for _ in range(ns.repeats):
         for key, (fn, rollout) in modes.items():
             ace_module.sequential_rollout = rollout
-            t0 = time.perf_counter()
+            t0 = clock()
             fn()
             wait()
-            first_s.setdefault(key.replace("_ms", "_first_s"), time.perf_counter() - t0)
-            t0 = time.perf_counter()
+            first_s.setdefault(key.replace("_ms", "_first_s"), clock() - t0)
+            t0 = clock()
             for _ in range(ns.updates):
                 fn()
             wait()
-            times[key].append((time.perf_counter() - t0) / ns.updates * 1e3)
+            times[key].append((clock() - t0) / ns.updates * 1e3)
     ace_module.sequential_rollout = sequential_rollout
     out = {"config": ns.config, "overrides": ns.overrides, "algo": cfg.algo.name,
            "batch_size": cfg.train.batch_size, "threads": ns.threads, "device": str(device),
            **{k: statistics.median(v) for k, v in times.items()}, **first_s,
-           "compile": cfg.train.compile, "flush_denormal": cfg.train.flush_denormal}
+           "compile": cfg.train.compile, "flush_denormal": cfg.train.flush_denormal,
+           "clock": "cpu" if ns.cpu_time else "wall"}
     if ns.checkpoint:
         out["checkpoint_updates"] = loaded_updates
     if device.type == "cuda":

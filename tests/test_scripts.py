@@ -190,9 +190,13 @@ def test_bench_update_times_a_saved_batch_where_the_task_is_absent(tmp_path):
     made = json.loads(run(["scripts/bench_update.py", "configs/spiders_fly_5x5.yaml", *small,
                            "--save-batch", str(saved)]).strip().splitlines()[-1])
     timed = json.loads(run(["scripts/bench_update.py", "configs/spiders_fly_5x5.yaml", *small,
-                            "--batch", str(saved)]).strip().splitlines()[-1])
+                            "--batch", str(saved), "--cpu-time"]).strip().splitlines()[-1])
     assert made["step_ms"] > 0 and timed["update_ms"] > 0 and "step_ms" not in timed
-    assert timed["device"] == "cpu"
+    assert timed["device"] == "cpu" and (made["clock"], timed["clock"]) == ("wall", "cpu")
+    threads = subprocess.run([sys.executable, "scripts/bench_update.py", "configs/spiders_fly_5x5.yaml",
+                              *small, "--batch", str(saved), "--cpu-time", "--threads", "2"],
+                             cwd=ROOT, capture_output=True, text=True)
+    assert threads.returncode == 2 and "use it with --threads 1" in threads.stderr
     other = subprocess.run([sys.executable, "scripts/bench_update.py", "configs/spiders_fly_7x7.yaml",
                             *small, "--batch", str(saved)], cwd=ROOT, capture_output=True, text=True)
     assert other.returncode == 2 and "holds a batch of configs/spiders_fly_5x5.yaml" in other.stderr
