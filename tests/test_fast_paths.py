@@ -7,7 +7,9 @@
 * the value encoder's linear-readout shortcut (one scalar per unit) values as the
   general path (pooled hidden vectors) does;
 * the unit encoder's masked mean over edges equals dropping the edges of dead units;
-* a selector that only knows flat candidates chooses as one that reads the table.
+* a selector that only knows flat candidates chooses as one that reads the table;
+* a layer whose input is narrower than its output (node and edge features) gives
+  torch.nn.Linear's values and gradients.
 """
 import pytest
 import torch
@@ -246,3 +248,31 @@ def test_battle_edges_from_all_pairs_equal_per_relation():
                               (dist < attack[:, i].unsqueeze(-1)).float(),
                               (dist < 9.0).float()], -1) * live.unsqueeze(-1)
         assert torch.equal(b[et].edge_attr.view(B, E, -1), expected), et
+
+
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize("shape", [(37, 5), (4, 9, 5)])
+def test_narrow_linear_gives_linear_values_and_gradients(bias, shape):
+    from torch import nn
+
+    from acegnn.nn.unit_encoder import NarrowLinear, mlp
+
+    torch.manual_seed(0)
+    plain, narrow = nn.Linear(5, 24, bias=bias), NarrowLinear(5, 24, bias=bias)
+    narrow.load_state_dict(plain.state_dict())
+    x = torch.randn(*shape, dtype=torch.float64)
+    plain, narrow = plain.double(), narrow.double()
+    g = torch.randn(*shape[:-1], 24, dtype=torch.float64)
+    grads = []
+    for layer in (plain, narrow):
+        xi = x.clone().requires_grad_(True)
+        out = layer(xi)
+        out.backward(g)
+        grads.append([out.detach(), xi.grad, *(p.grad for p in layer.parameters())])
+    assert len(grads[0]) == len(grads[1]) == 3 + bias
+    for a, b in zip(*grads):
+        torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
+    with torch.no_grad():
+        assert torch.equal(narrow(x), plain(x))
+    kinds = [type(m) for m in mlp(5, 16, layers=2) if isinstance(m, nn.Linear)]
+    assert kinds == [NarrowLinear, nn.Linear]  # narrow in, then as wide in as out
