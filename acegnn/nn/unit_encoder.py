@@ -99,6 +99,8 @@ class NarrowLinear(nn.Linear):
 
     def forward(self, x: Tensor) -> Tensor:
         if torch.is_grad_enabled() and (x.requires_grad or self.weight.requires_grad):
+            if x.dim() == 2:  # not a view: the ReLU after it works in place
+                return _NarrowInputLinear.apply(x, self.weight, self.bias)
             # on rows [N, F]: a view made inside a Function may not be changed in place
             out = _NarrowInputLinear.apply(x.reshape(-1, x.size(-1)), self.weight, self.bias)
             return out.view(*x.shape[:-1], out.size(-1))
