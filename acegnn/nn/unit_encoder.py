@@ -104,7 +104,7 @@ class NarrowLinear(nn.Linear):
             # on rows [N, F]: a view made inside a Function may not be changed in place
             out = _NarrowInputLinear.apply(x.reshape(-1, x.size(-1)), self.weight, self.bias)
             return out.view(*x.shape[:-1], out.size(-1))
-        return nn.functional.linear(x, self.weight, self.bias)
+        return super().forward(x)
 
 
 def mlp(in_dim: int, out_dim: int, layers: int = 1, width: Optional[int] = None) -> nn.Sequential:

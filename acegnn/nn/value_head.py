@@ -306,24 +306,18 @@ def pooled_values(head: "ValueHead", base: PoolBase, alive: Optional[Tensor], gr
     return head.out(torch.cat(pooled, dim=-1)).squeeze(-1)
 
 
-def successor_pre(pre: Tensor, read: Tensor, msg: Tensor, extra: Optional[Tensor]) -> Tensor:
-    """First-fc pre-activations of the changed rows of ``c x S`` candidates
-    ``[c, 2, S, H]``: row ``read`` of ``pre`` plus its message's ``W m`` (``msg``
-    ``[c * 2 * S, H]``), plus a second message's ``extra`` ``[c * S, H]`` on the actor row
-    where given."""
-    c, _, S = read.shape
-    out = pre.index_select(0, read.reshape(-1)).add_(msg).view(c, 2, S, -1)
-    if extra is not None:
-        out[:, 0] += extra.view(c, S, -1)
-    return out
-
-
 def gathered_pre(pre: Tensor, msg: Tensor, read: Tensor, msg_rows: Tensor,
                  extra: Optional[Tensor]) -> Tensor:
-    """:func:`successor_pre` with the messages read from the table ``msg`` of every
-    message's ``W m``: rows ``msg_rows`` ``[c, 2, S]`` and ``extra`` ``[c, S]``."""
-    return successor_pre(pre, read, msg.index_select(0, msg_rows.reshape(-1)),
-                         None if extra is None else msg.index_select(0, extra.reshape(-1)))
+    """First-fc pre-activations of the changed rows of ``c x S`` candidates
+    ``[c, 2, S, H]``: row ``read`` ``[c, 2, S]`` of ``pre`` plus its message's ``W m``, row
+    ``msg_rows`` ``[c, 2, S]`` of the table ``msg``, plus on the actor row a second
+    message's, row ``extra`` ``[c, S]``, where given."""
+    c, _, S = read.shape
+    out = pre.index_select(0, read.reshape(-1)).add_(
+        msg.index_select(0, msg_rows.reshape(-1))).view(c, 2, S, -1)
+    if extra is not None:
+        out[:, 0] += msg.index_select(0, extra.reshape(-1)).view(c, S, -1)
+    return out
 
 
 def successor_scores(pre: Tensor, msg: Tensor, read: Tensor, msg_rows: Tensor,
