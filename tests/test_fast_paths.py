@@ -9,7 +9,9 @@
 * the unit encoder's masked mean over edges equals dropping the edges of dead units;
 * a selector that only knows flat candidates chooses as one that reads the table;
 * a layer whose input is narrower than its output (node and edge features) gives
-  torch.nn.Linear's values and gradients.
+  torch.nn.Linear's values and gradients;
+* the value encoder's max pooling (dead units zeroed, the max's own backward) gives the
+  values and gradients of a max over the alive units by ``amax``.
 """
 import pytest
 import torch
@@ -276,3 +278,55 @@ def test_narrow_linear_gives_linear_values_and_gradients(bias, shape):
         assert torch.equal(narrow(x), plain(x))
     kinds = [type(m) for m in mlp(5, 16, layers=2) if isinstance(m, nn.Linear)]
     assert kinds == [NarrowLinear, nn.Linear]  # narrow in, then as wide in as out
+
+
+def test_max_over_units_gives_amax_gradient_with_ties():
+    from acegnn.nn.value_head import max_over_units
+
+    g = torch.Generator().manual_seed(0)
+    dense = torch.randint(0, 3, (6, 5, 7), generator=g).double()  # many ties per column
+    dense[0, :, 0] = 2.0  # five rows tie
+    grad = torch.randn(6, 7, generator=g, dtype=torch.float64)
+    got, want = (dense.clone().requires_grad_(True) for _ in range(2))
+    max_over_units(got).backward(grad)
+    want.amax(1).backward(grad)
+    assert torch.equal(max_over_units(got.detach()), want.detach().amax(1))
+    torch.testing.assert_close(got.grad, want.grad, rtol=0, atol=1e-15)
+    assert torch.allclose(got.grad[0, :, 0], grad[0, 0] / 5)  # shared by the five
+
+
+@pytest.mark.parametrize("pool", ["max", "mean_max"])
+def test_pooled_max_over_alive_units_as_masked_amax(pool):
+    """Dead units are zeroed, not set to -inf, before the max: V and every gradient are
+    those of a max over the alive units only (a graph with none pools to 0)."""
+    from acegnn.graph.index import UnitIndex
+    from acegnn.nn.value_head import ValueHead
+
+    torch.manual_seed(4)
+    B, n, H = 4, 5, 8
+    head = ValueHead(H, pool, layers=2).double()
+    units = torch.randn(B * n, H, dtype=torch.float64)
+    alive = torch.rand(B * n) < 0.6
+    alive[n:2 * n] = False  # graph 1: every unit dead
+    e = torch.zeros(0, dtype=torch.long)
+    index = UnitIndex(B, B * n, torch.arange(B).repeat_interleave(n), torch.full((B,), n),
+                      torch.arange(0, B * n + 1, n), {}, *[e] * 10, unit_alive=alive)
+
+    def reference(u):
+        h = head.unit_hidden(u).view(B, n, H)
+        keep = alive.view(B, n, 1)
+        top = h.masked_fill(~keep, float("-inf")).amax(1)
+        top = torch.where(torch.isinf(top), 0.0, top)
+        mean = (h * keep).sum(1) / keep.sum(1).clamp(min=1)
+        return head.out(torch.cat([mean, top] if pool == "mean_max" else [top], -1)).squeeze(-1)
+
+    grads = []
+    for fn in (lambda u: head.pooled_value(head.unit_hidden(u), index), reference):
+        head.zero_grad()
+        u = units.clone().requires_grad_(True)
+        v = fn(u)
+        v.backward(torch.arange(1.0, B + 1, dtype=torch.float64))
+        grads.append([v.detach(), u.grad, *(p.grad.clone() for p in head.parameters())])
+    assert (head.unit_hidden(units) == 0).any()  # ReLU zeros: ties at a maximum of 0
+    for a, b in zip(*grads):
+        torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
