@@ -482,3 +482,10 @@ def test_bench_overlap_trains_both_settings(tmp_path):
     # 768; with it the first row already holds the round collected ahead (256 ... 768)
     assert len(rec["rates"]["false"]) == 5 and len(rec["rates"]["true"]) == 4
     assert rec["median_on"] > 0 and rec["median_off"] > 0
+
+
+def test_bench_pooling_times_the_value_encoders_pooling():
+    rec = json.loads(run(["scripts/bench_pooling.py", "--graphs", "3", "--units", "4",
+                          "--hidden", "8", "--repeats", "2"]))
+    assert (rec["graphs"], rec["units"], rec["hidden"], rec["pool"]) == (3, 4, 8, "mean_max")
+    assert rec["pooled_value_ms"] > 0
