@@ -565,7 +565,9 @@ class SuccessorValues:
         else:
             pre = pre.reshape(-1, pre.size(-1)).index_select(0, both)
         rows = write.reshape(-1).index_select(0, both)
-        self.pre = self._put(self.pre, rows, pre)
+        # in place with autograd too: no backward pass reads this table's values (its
+        # readers keep the indices of the rows they gather; the ReLU keeps its output)
+        self.pre = self.pre.index_copy_(0, rows, pre)
         if self.scalar:
             self.score = self._put(self.score, rows, score.reshape(-1).index_select(0, both))
             step = change.reshape(-1).index_select(0, entry)
