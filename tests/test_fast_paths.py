@@ -295,30 +295,35 @@ def test_max_over_units_gives_amax_gradient_with_ties():
     assert torch.allclose(got.grad[0, :, 0], grad[0, 0] / 5)  # shared by the five
 
 
+@pytest.mark.parametrize("sizes", [(5, 5, 5, 5), (3, 5, 2, 4)])  # a view; a scatter
 @pytest.mark.parametrize("pool", ["max", "mean_max"])
-def test_pooled_max_over_alive_units_as_masked_amax(pool):
+def test_pooled_max_over_alive_units_as_masked_amax(pool, sizes):
     """Dead units are zeroed, not set to -inf, before the max: V and every gradient are
-    those of a max over the alive units only (a graph with none pools to 0)."""
+    those of a max over the alive units only (a graph with none pools to 0), where the
+    graphs have one size (pooled as a view) and several (scattered)."""
     from acegnn.graph.index import UnitIndex
     from acegnn.nn.value_head import ValueHead
 
     torch.manual_seed(4)
-    B, n, H = 4, 5, 8
+    B, H, U = len(sizes), 8, sum(sizes)
     head = ValueHead(H, pool, layers=2).double()
-    units = torch.randn(B * n, H, dtype=torch.float64)
-    alive = torch.rand(B * n) < 0.6
-    alive[n:2 * n] = False  # graph 1: every unit dead
+    units = torch.randn(U, H, dtype=torch.float64)
+    count = torch.tensor(sizes)
+    ptr = torch.cat([torch.zeros(1, dtype=torch.long), count.cumsum(0)])
+    alive = torch.rand(U) < 0.6
+    alive[ptr[1]:ptr[2]] = False  # graph 1: every unit dead
     e = torch.zeros(0, dtype=torch.long)
-    index = UnitIndex(B, B * n, torch.arange(B).repeat_interleave(n), torch.full((B,), n),
-                      torch.arange(0, B * n + 1, n), {}, *[e] * 10, unit_alive=alive)
+    index = UnitIndex(B, U, torch.arange(B).repeat_interleave(count), count, ptr, {},
+                      *[e] * 10, unit_alive=alive)
 
     def reference(u):
-        h = head.unit_hidden(u).view(B, n, H)
-        keep = alive.view(B, n, 1)
-        top = h.masked_fill(~keep, float("-inf")).amax(1)
-        top = torch.where(torch.isinf(top), 0.0, top)
-        mean = (h * keep).sum(1) / keep.sum(1).clamp(min=1)
-        return head.out(torch.cat([mean, top] if pool == "mean_max" else [top], -1)).squeeze(-1)
+        h, pooled = head.unit_hidden(u), []
+        for g in range(B):
+            rows = h[ptr[g]:ptr[g + 1]][alive[ptr[g]:ptr[g + 1]]]
+            top = rows.amax(0) if len(rows) else h.new_zeros(H)
+            mean = rows.sum(0) / max(len(rows), 1)
+            pooled.append(torch.cat([mean, top]) if pool == "mean_max" else top)
+        return head.out(torch.stack(pooled)).squeeze(-1)
 
     grads = []
     for fn in (lambda u: head.pooled_value(head.unit_hidden(u), index), reference):
@@ -326,6 +331,7 @@ def test_pooled_max_over_alive_units_as_masked_amax(pool):
         u = units.clone().requires_grad_(True)
         v = fn(u)
         v.backward(torch.arange(1.0, B + 1, dtype=torch.float64))
+        assert v.requires_grad
         grads.append([v.detach(), u.grad, *(p.grad.clone() for p in head.parameters())])
     assert (head.unit_hidden(units) == 0).any()  # ReLU zeros: ties at a maximum of 0
     for a, b in zip(*grads):

@@ -431,8 +431,8 @@ class SuccessorValues:
     and the per-graph sums of the pooled ones.
 
     Rows are the flat unit rows plus a spare row ``num_units``, never pooled, that takes
-    the writes of candidates that change no target. Without autograd the state is
-    updated in place.
+    the writes of candidates that change no target. The pre-activations are updated in
+    place; without autograd the rest of the state is too.
 
     Args:
         head (ValueHead): The value encoder, or a second head of its structure
