@@ -2,12 +2,15 @@
 # The GPU check, for a machine with a CUDA device (under 10 minutes):
 #   1. the tests marked gpu: every learner trains on the GPU, one update against the CPU's;
 #   2. the update benchmark (batch 320, one CPU thread) with train.device=cuda on SMAX
-#      5m_vs_6m and 27m_vs_30m and football 3 vs 1, beside the CPU on 5m_vs_6m;
-#   3. ACE-DQN on SMAX 5m_vs_6m (the paper's config) on the GPU for MINUTES minutes,
-#      printing its environment steps per second of training.
+#      5m_vs_6m (the paper's and the recommended config), 27m_vs_30m and football 3 vs 1
+#      (the paper's, the official and the recommended config), beside the CPU's;
+#   3. ACE-DQN on SMAX 5m_vs_6m (TRAIN_CONFIG, the paper's by default) on the GPU for
+#      MINUTES minutes, printing its environment steps per second of training.
 #
 #     bash scripts/gpu_check.sh [OUT]          # OUT: where logs and records go (gpu_check)
 #     MINUTES=5 GRF_BATCHES=DIR bash scripts/gpu_check.sh
+#     CPU_BENCH=0 TRAIN_CONFIG=configs/smax_5m_vs_6m_recommended.yaml TRAIN_ARGS=train.compile=true \
+#         PYTEST_ARGS="-n 4" bash scripts/gpu_check.sh   # no CPU timings; the recommended config
 #     DEVICE=cpu MINUTES=0.2 BENCH_ARGS="--repeats 1 --updates 1" PYTEST_ARGS="-k spiders" \
 #         bash scripts/gpu_check.sh /tmp/gc
 #                                               # the script itself, tried on a CPU
@@ -52,22 +55,26 @@ bench() {  # bench NAME CONFIG ARGS...: one record line appended to OUT/bench.js
     part "bench_$name" python3 scripts/bench_update.py "$@" --threads 1 ${BENCH_ARGS:-}
     tail -n 1 "$out/bench_$name.log" | grep '^{' >> "$out/bench.jsonl"
 }
-bench smax_5m_vs_6m_cuda configs/smax_5m_vs_6m.yaml train.device=$device
-bench smax_5m_vs_6m_cpu configs/smax_5m_vs_6m.yaml --repeats 3
+cpu_bench=${CPU_BENCH:-1}  # 0: time the updates on the GPU only
+for config in smax_5m_vs_6m smax_5m_vs_6m_recommended; do
+    bench "${config}_cuda" "configs/$config.yaml" train.device=$device
+    [ "$cpu_bench" = 0 ] || bench "${config}_cpu" "configs/$config.yaml" --repeats 3
+done
 bench smax_27m_vs_30m_cuda configs/smax_5m_vs_6m.yaml env.scenario=27m_vs_30m train.device=$device --repeats 2 --updates 3
-for config in grf_3_vs_1_with_keeper grf_3_vs_1_with_keeper_official; do
+for config in grf_3_vs_1_with_keeper grf_3_vs_1_with_keeper_official grf_3_vs_1_with_keeper_recommended; do
     if python3 -c "import gfootball" 2>/dev/null; then
         bench "${config}_cuda" "configs/$config.yaml" train.device=$device
     elif [ -f "${GRF_BATCHES:-}/$config.pt" ]; then
         bench "${config}_cuda" "configs/$config.yaml" train.device=$device --batch "$GRF_BATCHES/$config.pt"
-        bench "${config}_cpu" "configs/$config.yaml" --batch "$GRF_BATCHES/$config.pt" --repeats 3
+        [ "$cpu_bench" = 0 ] || bench "${config}_cpu" "configs/$config.yaml" --batch "$GRF_BATCHES/$config.pt" --repeats 3
     else
         echo "== football $config: no gfootball and no saved batch (GRF_BATCHES); skipped"
     fi
 done
 
+train_config=${TRAIN_CONFIG:-configs/smax_5m_vs_6m.yaml}
 rm -rf "$out/runs/smax_5m_vs_6m_cuda"
-part train python3 -m acegnn.cli train configs/smax_5m_vs_6m.yaml train.device=$device \
+part train python3 -m acegnn.cli train "$train_config" train.device=$device ${TRAIN_ARGS:-} \
     "train.max_minutes=$minutes" train.progress=false "run.dir=$out/runs" run.name=smax_5m_vs_6m_cuda
 python3 - "$out" <<'EOF'
 import json, sys

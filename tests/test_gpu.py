@@ -42,6 +42,12 @@ CASES = {
     "spiders_ace_ppo": ("spiders_fly_5x5_ppo.yaml", PPO, None),
     "spiders_ace_ctde": ("spiders_fly_5x5_ctde.yaml", SPIDERS, None),
     "smax_ace_dqn": ("smax_5m_vs_6m.yaml", [*BATTLES, "train.learning_starts=0"], "jaxmarl"),
+    # the recommended config: max pooling, the last agent's target, the shuffled order;
+    # with two layers per encoder and the compiled candidate kernels (train.compile)
+    "smax_ace_rec": ("smax_5m_vs_6m_recommended.yaml", [*BATTLES, "train.learning_starts=0"], "jaxmarl"),
+    "smax_ace_rec_layers2_compiled": ("smax_5m_vs_6m_recommended.yaml",
+                                      [*BATTLES, "train.learning_starts=0", "model.layers=2",
+                                       "train.compile=true"], "jaxmarl"),
     "smax_qmix": ("smax_5m_vs_6m_qmix.yaml", [*BATTLES, "train.learning_starts=0"], "jaxmarl"),
     "smax_ace_ppo": ("smax_5m_vs_6m_ppo.yaml", [*BATTLES, "train.batch_size=32"], "jaxmarl"),
     "smax_ace_ctde": ("smax_5m_vs_6m_ctde.yaml", [*BATTLES, "train.learning_starts=0"], "jaxmarl"),
@@ -80,7 +86,7 @@ def test_trains_on_the_device_and_its_first_round_matches_the_cpu(tmp_path, name
 
 
 @pytest.mark.parametrize("name", ["spiders_ace_dqn", "spiders_qmix", "spiders_ace_ctde",
-                                  "smax_ace_dqn", "grf_ace_official"])
+                                  "smax_ace_dqn", "smax_ace_rec", "grf_ace_official"])
 def test_one_update_on_the_device_gives_the_cpus_loss_and_gradients(tmp_path, name):
     config, overrides = case(name)
     cfg = load_config(config, [*overrides, f"run.dir={tmp_path}"])
