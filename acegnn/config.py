@@ -231,10 +231,11 @@ def from_dict(d: dict) -> ExperimentConfig:
 #: exactly as a run started with the larger budget would have gone on; exact evaluations
 #: only add columns to ``eval.csv``, drawn episodes only images to TensorBoard, and how
 #: often a checkpoint is written, where the learner runs, compiled kernels and flushed
-#: denormals change nothing of what is learned but float rounding.
+#: denormals change nothing of what is learned but float rounding, and the heap kept
+#: changes nothing.
 RESUMABLE_KEYS = ("halt_after", "progress", "total_samples", "stop_on_success",
                   "exact_eval_every", "log_episode", "checkpoint_every", "max_minutes",
-                  "device", "compile", "flush_denormal")
+                  "device", "compile", "flush_denormal", "keep_heap")
 
 
 #: Environment keys that may differ too: where football's engines run (processes or Ray

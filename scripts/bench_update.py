@@ -6,8 +6,8 @@ times ``learner.update`` on a fixed batch (``update_ms``) and one step as the tr
 loop takes it: sample the replay, build the graphs, update (``step_ms``). With ``--compare-all-values`` (ACE only) it
 alternates with an update whose rollouts value every candidate, the path before the
 ``values="chosen"`` / ``"successors"`` passes, so both see the same machine load.
-``train.compile`` and ``train.flush_denormal`` act as in training; the first call of each
-timing (``*_first_s``) includes the compilation.
+``train.compile``, ``train.flush_denormal`` and ``train.keep_heap`` act as in training; the
+first call of each timing (``*_first_s``) includes the compilation.
 
 On a GPU (``train.device=cuda``) each timing waits for the device to finish. A batch can
 be saved where the task runs (``--save-batch``) and timed where it does not
@@ -38,11 +38,21 @@ from acegnn.algos.trainer import Trainer
 from acegnn.config import load_config
 from acegnn.run import make_learner, make_task
 from acegnn.nn.rollout import sequential_rollout
+from acegnn.utils.heap import keep_freed_memory
 
 
 def _all_values(*args, **kwargs):
     kwargs["values"] = "all"
     return sequential_rollout(*args, **kwargs)
+
+
+def minor_faults() -> int:
+    """Pages this process has faulted in so far (0 where ``resource`` is missing)."""
+    try:
+        import resource
+    except ImportError:  # Windows
+        return 0
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
 
 
 class SavedBatch:
@@ -119,6 +129,8 @@ def main(argv=None) -> dict:
     if ns.batch and cfg.train.compile:  # the Trainer switches them on otherwise
         learner.use_compiled(True)
     torch.set_flush_denormal(cfg.train.flush_denormal)  # as a training session does
+    if cfg.train.keep_heap:
+        keep_freed_memory()
     device = torch.device(getattr(learner, "device", "cpu"))
     if ns.cpu_time and device.type == "cuda":
         p.error("--cpu-time does not count the GPU's time: time a GPU by the wall clock")
@@ -139,6 +151,7 @@ def main(argv=None) -> dict:
     if ns.compare_all_values:
         modes["all_values_update_ms"] = (update, _all_values)
     times = {k: [] for k in modes}
+    faults = dict.fromkeys(modes, 0.0)  # pages faulted in per call (train.keep_heap)
     first_s = {}  # the first call of each mode: with train.compile, the compilation
     for _ in range(ns.repeats):
         for key, (fn, rollout) in modes.items():
@@ -147,16 +160,19 @@ def main(argv=None) -> dict:
             fn()
             wait()
             first_s.setdefault(key.replace("_ms", "_first_s"), clock() - t0)
-            t0 = clock()
+            t0, f0 = clock(), minor_faults()
             for _ in range(ns.updates):
                 fn()
             wait()
             times[key].append((clock() - t0) / ns.updates * 1e3)
+            faults[key] += (minor_faults() - f0) / ns.updates / ns.repeats
     ace_module.sequential_rollout = sequential_rollout
     out = {"config": ns.config, "overrides": ns.overrides, "algo": cfg.algo.name,
            "batch_size": cfg.train.batch_size, "threads": ns.threads, "device": str(device),
            **{k: statistics.median(v) for k, v in times.items()}, **first_s,
            "compile": cfg.train.compile, "flush_denormal": cfg.train.flush_denormal,
+           "keep_heap": cfg.train.keep_heap,
+           "page_faults": {k.replace("_ms", ""): v for k, v in faults.items()},
            "clock": "cpu" if ns.cpu_time else "wall"}
     if ns.checkpoint:
         out["checkpoint_updates"] = loaded_updates

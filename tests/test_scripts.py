@@ -177,6 +177,7 @@ def test_bench_update_prints_timings():
     rec = json.loads(text.strip().splitlines()[-1])
     assert rec["batch_size"] == 16 and rec["update_ms"] > 0 and rec["all_values_update_ms"] > 0
     assert rec["step_ms"] > 0 and rec["flop_per_step"] > 0
+    assert rec["keep_heap"] is True and set(rec["page_faults"]) == {"update", "step", "all_values_update"}
     # a step's phases, as the training loop takes it (Trainer.update_once, ACEDQN.loss)
     assert set(rec["phases_ms"]) == {"sample", "graphs", "online_values", "targets", "backward",
                                      "optimizer"}

@@ -428,6 +428,16 @@ def test_denormals_are_flushed_while_training_only(tmp_path, monkeypatch, flush)
     assert calls == ([True, False] if flush else [])
 
 
+@pytest.mark.parametrize("keep", [True, False])
+def test_the_heap_is_kept_while_training_if_asked(tmp_path, monkeypatch, keep):
+    import acegnn.algos.trainer as trainer
+
+    calls = []
+    monkeypatch.setattr(trainer, "keep_freed_memory", lambda: calls.append(1))
+    assert train(tmp_path, "a", f"train.keep_heap={str(keep).lower()}") == 0
+    assert calls == ([1] if keep else [])
+
+
 # Collection overlapped with learning (train.overlap) -------------------------------------
 def test_overlap_collects_each_round_with_the_network_before_the_last_updates(tmp_path,
                                                                               monkeypatch):

@@ -38,6 +38,7 @@ from acegnn.algos.collector import Collector, Step
 from acegnn.buffers.replay import NStepRows, NStepWindow, ReplayBuffer, ReplaySample
 from acegnn.envs.base import (EvalResult, ExactEvaluation, Policy, VecTask, evaluate_policies,
                               named_policies)
+from acegnn.utils.heap import keep_freed_memory
 from acegnn.utils.logger import Logger
 
 
@@ -106,6 +107,13 @@ class TrainConfig:
     denormal, whose arithmetic is many times slower on x86 CPUs: a football update of the
     recommended config took 1.5 times as long at 300k steps without it. Values below
     1.2e-38 become 0; ``false`` keeps PyTorch's default."""
+    keep_heap: bool = True
+    """Keep freed memory in the process's heap (glibc's ``mallopt``; elsewhere nothing):
+    the update's large tensors, freed and allocated anew every update, then reuse pages
+    instead of faulting fresh ones in (:func:`acegnn.utils.heap.keep_freed_memory`): on
+    SMAX 5m_vs_6m 6% (recommended config) to 22% (the paper's) less CPU time an update
+    (docs/benchmarks.md). For the rest of the process, which keeps its largest update's
+    memory; nothing learned changes."""
     overlap: bool = False
     """Collect the next round while the learner updates (the off-policy loop): a thread
     collects round k+1 with a copy of the network as it was before round k's updates,
@@ -381,6 +389,8 @@ class TrainingLoop(abc.ABC):
         spent = dict.fromkeys((*TIME_PARTS, "checkpoint"), 0.0)  # this session's seconds
         if cfg.flush_denormal:
             torch.set_flush_denormal(True)
+        if cfg.keep_heap:
+            keep_freed_memory()
         try:
             while not self._stopped():
                 before = self.samples
