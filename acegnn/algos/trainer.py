@@ -89,7 +89,7 @@ class TrainConfig:
     max_minutes: float = 0.0
     """Wall-clock minutes of one session (one ``acegnn train`` or ``--resume``) after
     which the run stops at the end of the round, checkpointed; ``--resume`` goes on
-    (0: no limit)."""
+    (0: no limit). A session trains one round at least."""
     device: str = "cpu"
     """Where the learner's networks live and learn (``cpu``, ``cuda``, ``cuda:1``); the
     environments and the replay stay on the CPU and each batch is moved over."""
@@ -246,6 +246,7 @@ class TrainingLoop(abc.ABC):
         self.wall_s = 0.0  # training wall-clock of earlier sessions of this run (resume)
         self.wall_to_success: Optional[float] = None
         self._session_start: Optional[float] = None  # perf_counter() while train() runs
+        self._session_samples = 0  # the samples when this session began
         self.last_eval: Dict[str, float] = {}
         self.headline: Tuple[str, ...] = ()  # the last evaluation's headline metrics
         self.logger: Optional[Logger] = None
@@ -357,6 +358,7 @@ class TrainingLoop(abc.ABC):
         cfg = self.cfg
         start = self._session_start
         out_of_time = (cfg.max_minutes > 0 and start is not None and
+                       self.samples > self._session_samples and  # a round at least
                        time.perf_counter() - start >= 60 * cfg.max_minutes)
         return out_of_time or self.samples >= cfg.total_samples or (
             cfg.stop_on_success and self.samples_to_success is not None)
@@ -382,7 +384,7 @@ class TrainingLoop(abc.ABC):
             bar = tqdm(total=cfg.total_samples, initial=self.samples, unit="step",
                        dynamic_ncols=True, desc=f"samples (to {cfg.total_samples:,}{stop})")
         start = self._session_start = time.perf_counter()
-        start_samples = self.samples
+        start_samples = self._session_samples = self.samples
         last_ckpt = self.samples
         if self.samples_to_success == self.samples and not os.path.exists(self.success_path):
             self.save(self.success_path)  # a run stopped at success, resumed to train further
