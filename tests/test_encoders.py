@@ -138,33 +138,56 @@ def test_a_users_encoder_by_import_path_trains_resumes_and_evaluates(tmp_path, m
 
 def test_the_official_relation_step_against_a_hand_written_reference():
     """``model.conv=relation``: each unit's new embedding from its incoming edges, one
-    unit and one edge at a time (the mean of the messages' first half, the max of the
-    second, 0 without edges), against the step on the whole graph."""
+    unit and one edge at a time through the whole message MLP over [edge features, source
+    embedding] (the step splits its first layer), the mean of the messages' first half,
+    the max of the second, 0 without edges; against the step on the whole graph."""
     torch.manual_seed(0)
     H = 8
     net = ACENetwork(SCHEMA, hidden=H, conv="relation")
     step = net.unit_encoder.conv
+    assert len(net.unit_encoder.edge_encoders) == 0  # it reads the edge features itself
     g = torch.Generator().manual_seed(3)
     h = {"ally": torch.randn(3, H, generator=g), "enemy": torch.randn(2, H, generator=g)}
     ei = {("ally", "near", "ally"): torch.tensor([[0, 1, 2], [1, 2, 1]]),
           ("ally", "near", "enemy"): torch.tensor([[0, 2], [0, 0]]),
           ("enemy", "near", "ally"): torch.tensor([[1], [1]]),
           ("enemy", "near", "enemy"): torch.zeros(2, 0, dtype=torch.long)}  # enemy 1: no edge
-    emb = {et: torch.randn(e.size(1), H, generator=g) for et, e in ei.items()}
-    got = step(h, ei, emb)
-    for t, rows in h.items():
-        for j in range(rows.size(0)):
-            msgs = [step.messages["__".join(et)](torch.cat([emb[et][k], h[et[0]][e[0, k]]]))
-                    for et, e in ei.items() if et[2] == t for k in range(e.size(1)) if e[1, k] == j]
-            mean = torch.stack(msgs)[:, :H].mean(0) if msgs else torch.zeros(H)
-            top = torch.stack(msgs)[:, H:].max(0).values if msgs else torch.zeros(H)
-            update = step.updates[t][0]
-            want = torch.relu(update.weight @ torch.cat([rows[j], mean, top]) + update.bias)
-            assert torch.allclose(got[t][j], want, atol=1e-6), (t, j)
-    assert len(step.messages["ally__near__ally"]) == 4  # two fc + ReLU (the official depth)
+    x = {et: torch.randn(e.size(1), SCHEMA.edge_types[et], generator=g) for et, e in ei.items()}
+    keep = {("ally", "near", "ally"): torch.tensor([True, False, True])}  # one edge left out
+    for kept in (None, keep):
+        got = step.forward_encoding(h, ei, x, None, kept)
+        for t, rows in h.items():
+            for j in range(rows.size(0)):
+                msgs = [step.messages["__".join(et)](torch.cat([x[et][k], h[et[0]][e[0, k]]]))
+                        for et, e in ei.items() if et[2] == t for k in range(e.size(1))
+                        if e[1, k] == j and (kept is None or et not in kept or kept[et][k])]
+                mean = torch.stack(msgs)[:, :H].mean(0) if msgs else torch.zeros(H)
+                top = torch.stack(msgs)[:, H:].max(0).values if msgs else torch.zeros(H)
+                update = step.updates[t][0]
+                want = torch.relu(update.weight @ torch.cat([rows[j], mean, top]) + update.bias)
+                assert torch.allclose(got[t][j], want, atol=1e-6), (t, j, kept)
+    first = step.messages["ally__near__ally"]
+    assert len(first) == 4  # two fc + ReLU (the official depth): features + H -> H -> 2H
+    assert first[0].weight.shape == (H, SCHEMA.edge_types[("ally", "near", "ally")] + H)
+    assert first[2].weight.shape == (2 * H, H)
     s, dead = states(), states(dead=True)
     other = dead.clone()
     other["enemy"].x[1] += 5.0  # a dead unit's features change nothing
     assert torch.allclose(values(net, dead), values(net, other))
+    moved = s.clone()
+    for et in SCHEMA.edge_types:
+        moved[et].edge_attr = moved[et].edge_attr + 1.0
+    assert not torch.allclose(values(net, s), values(net, moved))  # the edges are read
     values(net, s).sum().backward()
     assert all(p.grad is not None for p in step.parameters())
+    # the split first layer's gradients are the unsplit layer's
+    p = {et: xe.clone().requires_grad_() for et, xe in x.items()}
+    hh = {t: v.clone().requires_grad_() for t, v in h.items()}
+    et = ("ally", "near", "ally")
+    seq = step.messages["__".join(et)]
+    gw = torch.autograd.grad(step.message(et, p[et], hh["ally"], ei[et][0]).square().sum(),
+                             [seq[0].weight, seq[0].bias, p[et], hh["ally"]])
+    full = seq(torch.cat([p[et], hh["ally"][ei[et][0]]], dim=1))
+    want = torch.autograd.grad(full.square().sum(), [seq[0].weight, seq[0].bias, p[et], hh["ally"]])
+    for a, b in zip(gw, want):
+        assert torch.allclose(a, b, atol=1e-5)

@@ -19,6 +19,7 @@ import inspect
 from typing import Any, Callable, Dict, Optional, Protocol, Type, runtime_checkable
 
 import torch
+import torch.nn.functional as F
 import torch_geometric.nn as pyg_nn
 from torch import Tensor, nn
 from torch_geometric.nn import GATv2Conv, HeteroConv, TransformerConv
@@ -379,20 +380,26 @@ class RelationConv(nn.Module):
     r"""The official code's unit encoder (``RelationAggregator`` of opendilab/ACE's SMAC
     and GRF models) as a message-passing step: a unit's embedding reads its neighbours'.
 
-    The message of an edge :math:`(i, j)` is an MLP over the edge embedding and the
-    source unit's embedding, ``2 hidden`` wide; unit :math:`j` takes the mean of the
-    first half and the max of the second over its incoming edges (every edge type; 0
-    where it has none) and becomes fc + ReLU over the three:
+    The message of an edge :math:`(i, j)` is an MLP over the edge's features and the
+    source unit's embedding (``layers`` fc + ReLU, ``hidden`` wide, then ``2 hidden``
+    out: the official relation encoder); unit :math:`j` takes the mean of the first half
+    and the max of the second over its incoming edges (every edge type; 0 where it has
+    none) and becomes fc + ReLU over the three:
 
     .. math::
-        m_{ij} = \mathrm{MLP}_{\tau(i, j)}([e_{ij}, h_i]), \qquad
+        m_{ij} = \mathrm{MLP}_{\tau(i, j)}([x_{ij}, h_i]), \qquad
         h_j' = \mathrm{ReLU}\big(W_{\tau(j)} [h_j, \mathrm{mean}_i\, m_{ij}^{(1)},
         \max_i m_{ij}^{(2)}] + b_{\tau(j)}\big)
 
+    The MLP's first layer is split: its product with :math:`h_i` is taken once per
+    unit and gathered per edge, its product with the narrow edge features per edge, so
+    an edge costs the later layers only. The step reads the edge features itself
+    (``uses_edge_encoders``: the unit encoder builds no edge encoder for it).
+
     Where it departs from the official code: a message MLP per edge type and an update
-    per node type (it has one of each for every unit), the mean over the incoming edges
-    of live units (it divides by the count of all units, dead ones included), and the
-    edge embedding (the edge encoder's fc + ReLU) as input in place of the raw features.
+    per node type (it has one of each for every unit), no message from a unit to itself,
+    and the mean over the incoming edges of live units (it divides by the count of all
+    units, dead ones and the unit itself included).
 
     Args:
         schema (GraphSchema): The environment's schema.
@@ -401,25 +408,48 @@ class RelationConv(nn.Module):
             (default: :obj:`2`)
     """
 
+    encodes_edges = True
+    uses_edge_encoders = False
+
     def __init__(self, schema: GraphSchema, hidden: int, layers: int = 2) -> None:
         super().__init__()
         self.hidden, self.layers = hidden, layers
-        self.messages = nn.ModuleDict({edge_key(et): mlp(2 * hidden, 2 * hidden, layers)
-                                       for et in schema.edge_types})
+        self.messages = nn.ModuleDict({edge_key(et): mlp(f + hidden, 2 * hidden, layers, width=hidden)
+                                       for et, f in schema.edge_types.items()})
         self.updates = nn.ModuleDict({t: mlp(3 * hidden, hidden) for t in schema.node_types})
 
     def reset_parameters(self) -> None:
         for m in (*self.messages.values(), *self.updates.values()):
             reset_mlp(m)
 
+    def message(self, et: EdgeType, x: Tensor, h_src: Tensor, src: Tensor) -> Tensor:
+        """The messages ``[E, 2 hidden]`` of edges of type ``et`` with features ``x``
+        ``[E, F]`` from rows ``src`` ``[E]`` of the source units' embeddings ``h_src``."""
+        seq = self.messages[edge_key(et)]
+        first = seq[0]
+        f = x.size(1)
+        per_unit = F.linear(h_src, first.weight[:, f:])  # once per unit, not per edge
+        per_edge = _NarrowInputLinear.apply(x, first.weight[:, :f], first.bias) \
+            if torch.is_grad_enabled() else F.linear(x, first.weight[:, :f], first.bias)
+        return seq[2:](torch.relu(per_edge + per_unit.index_select(0, src)))
+
     def forward(self, h_dict: Dict[str, Tensor], edge_index_dict: Dict[EdgeType, Tensor],
                 edge_emb_dict: Dict[EdgeType, Tensor]) -> Dict[str, Tensor]:
+        """The step on the edges given; ``edge_emb_dict`` holds their features (there is
+        no edge encoder before this step)."""
+        return self.forward_encoding(h_dict, edge_index_dict, edge_emb_dict)
+
+    def forward_encoding(self, h_dict: Dict[str, Tensor], edge_index_dict: Dict[EdgeType, Tensor],
+                         edge_attr_dict: Dict[EdgeType, Tensor], edge_encoders: Optional[nn.ModuleDict] = None,
+                         edge_keep_dict: Optional[Dict[EdgeType, Tensor]] = None) -> Dict[str, Tensor]:
         H = self.hidden
         msgs: Dict[str, list] = {}
         for et, ei in edge_index_dict.items():
-            m = self.messages[edge_key(et)](torch.cat(
-                [edge_emb_dict[et], h_dict[et[0]].index_select(0, ei[0])], dim=-1))
-            msgs.setdefault(et[2], []).append((m, ei[1]))
+            x = edge_attr_dict[et]
+            if edge_keep_dict is not None and et in edge_keep_dict:
+                sel = edge_keep_dict[et].nonzero().squeeze(1)
+                ei, x = ei.index_select(1, sel), x.index_select(0, sel)
+            msgs.setdefault(et[2], []).append((self.message(et, x, h_dict[et[0]], ei[0]), ei[1]))
         out = {}
         for t, h in h_dict.items():
             mean = top = h.new_zeros(h.size(0), H)
@@ -506,9 +536,11 @@ class UnitEncoder(nn.Module):
         self.schema, self.hidden, self.conv_name = schema, hidden, conv
         self.node_encoders = nn.ModuleDict({t: mlp(f, hidden, layers)
                                             for t, f in schema.node_types.items()})
-        self.edge_encoders = nn.ModuleDict({
-            edge_key(et): mlp(f, hidden, layers) for et, f in schema.edge_types.items()})
         factory = unit_conv(conv)
+        # a step that reads the edge features itself (uses_edge_encoders = False) gets none
+        self.edge_encoders = nn.ModuleDict({
+            edge_key(et): mlp(f, hidden, layers) for et, f in schema.edge_types.items()
+        } if getattr(factory, "uses_edge_encoders", True) else {})
         steps = []
         for _ in range(conv_layers):
             try:
@@ -560,7 +592,8 @@ class UnitEncoder(nn.Module):
                 live = {et: (e[:, keep_dict[et]], ea[et][keep_dict[et]]) if et in keep_dict
                         else (e, ea[et]) for et, e in ei.items()}  # [2, E_alive]
                 ei_live = {et: v[0] for et, v in live.items()}
-                edge_emb = {et: self.edge_encoders[edge_key(et)](v[1]) for et, v in live.items()}
+                edge_emb = {et: self.edge_encoders[edge_key(et)](v[1]) if self.edge_encoders else v[1]
+                            for et, v in live.items()}  # the features where there is no encoder
             h_dict = step(h_dict, ei_live, edge_emb)
         return h_dict
 
