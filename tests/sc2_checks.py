@@ -372,6 +372,8 @@ def test_evaluate_plays_rounds_on_games_of_its_own():
     assert result.enemies_alive == pytest.approx(1 / 3)
     assert result.allies_alive == pytest.approx((1 + 1 + 0.5) / 3)
     assert result.timeout_rate == pytest.approx(1 / 3) and result.draw_rate == 0.0
+    # the live agents' first available action is SMAC's stop (slot 1; no-op is the dead's)
+    assert (result.move_share, result.stop_share, result.attack_share) == (0.0, 1.0, 0.0)
     assert games.made[0].resets == 1  # the training game was not touched
     # the same seed again: the same games, restarted first (they are mid-battle)
     again = task.evaluate(first_available, episodes=3, seed=5)

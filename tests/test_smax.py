@@ -13,6 +13,7 @@ from acegnn.envs.smac.smax import (SCENARIOS, SMAX_TYPES, SMAXConfig, SMAXTask, 
                                    get_scenario, scenario_name, units_scenario)
 from acegnn.envs.smac.units import (DISTANCE_SCALE, UNIT_TYPES, BattleEval,  # noqa: E402
                                     battle_schema, sort_key)
+from acegnn.envs.base import first_episodes  # noqa: E402
 from acegnn.graph import unit_index  # noqa: E402
 from acegnn.nn import ACENetwork  # noqa: E402
 
@@ -196,8 +197,49 @@ def test_evaluate_is_deterministic_and_reports_outcomes():
     assert r1 == r2
     assert 0.0 <= r1.win_rate <= 1.0 and 1 <= r1.mean_steps <= 60
     assert set(r1.metrics()) == {"win_rate", "mean_return", "mean_steps", "allies_alive",
-                                 "enemies_alive", "draw_rate", "timeout_rate"}
+                                 "enemies_alive", "draw_rate", "timeout_rate", "move_share",
+                                 "stop_share", "attack_share"}
     assert r1.win_rate + r1.draw_rate + r1.timeout_rate <= 1.0
+    assert r1.move_share + r1.stop_share + r1.attack_share == pytest.approx(1.0)
+
+
+def test_test_battles_count_the_live_agents_actions_by_group():
+    """Move, stop and attack shares of the live agents' actions in their first battles,
+    against a count by hand from what the policy saw: it attacks its first enemy in range
+    every other step, stops every third and moves otherwise; dead agents (whose one
+    action is stop) and the steps after a battle's end are left out."""
+    seen = []
+
+    def act(g):
+        n = g["ally"].alive.numel()
+        avail = g["action"].available.view(n, -1)  # [agents, slots]: SMAX's slot order
+        t = len(seen)
+        a = torch.full((n,), t % 4 if t % 3 else 4, dtype=torch.long)  # a move, or stop
+        attack = avail[:, 5:].any(1) & (t % 2 == 0)
+        a = torch.where(attack, 5 + avail[:, 5:].float().argmax(1), a)
+        a = torch.where(g["ally"].alive, a, 4)  # a dead agent can only stop
+        seen.append((g["ally"].alive.view(-1, 3).clone(), a.view(-1, 3).clone()))
+        return a
+
+    task = SMAXTask("3m", 2, seed=0)
+    r = task.evaluate(act, episodes=3, seed=1)
+    counts = torch.zeros(3)
+    # the battle lengths: replay the same evaluation's steps (same seed, same policy)
+    played = list(seen)
+    seen.clear()
+    ep = first_episodes(SMAXTask("3m", 3, 1, task.time_limit, task.reward_scale), act,
+                        task.time_limit)
+    assert len(seen) == len(played)
+    for t, (alive, a) in enumerate(played, start=1):
+        for e in range(3):
+            if t <= int(ep.length[e]):
+                for i in range(3):
+                    if bool(alive[e, i]):
+                        counts[0 if int(a[e, i]) < 4 else 1 if int(a[e, i]) == 4 else 2] += 1
+    want = (counts / counts.sum()).tolist()
+    assert [r.move_share, r.stop_share, r.attack_share] == pytest.approx(want)
+    assert min(want) > 0
+    assert r.allies_alive < 1.0 and r.mean_steps < len(played)  # dead agents, ended battles
 
 
 def test_battle_outcomes_are_told_apart():

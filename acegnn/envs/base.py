@@ -257,7 +257,8 @@ class Episodes(NamedTuple):
     info: Dict[str, Tensor]  # {name: [num_envs]} the task's step info at each episode's end
 
 
-def first_episodes(task: VecTask, act: Policy, max_steps: int) -> Episodes:
+def first_episodes(task: VecTask, act: Policy, max_steps: int,
+                   on_step: Optional[Callable[[Batch, Tensor, Tensor], None]] = None) -> Episodes:
     """Play the first episode of each of ``task``'s environments with ``act``, ignoring
     what the environments do after their auto-reset: the loop of a test evaluation.
 
@@ -268,6 +269,10 @@ def first_episodes(task: VecTask, act: Policy, max_steps: int) -> Episodes:
         task (VecTask): A task made for the evaluation (one environment per episode).
         act (Policy): Graph batch -> ``[num_agents]`` actions.
         max_steps (int): Stop an episode after this many steps (the task's time limit).
+        on_step (callable, optional): Called after every step with the graphs acted on,
+            the actions ``[num_envs, n_agents]`` and which environments' steps belong to
+            their first episode ``[num_envs]`` bool (not a step after the episode's end,
+            nor one an engine restart dropped).
     """
     if max_steps < 1:
         raise ValueError(f"max_steps must be positive (got {max_steps})")
@@ -282,12 +287,18 @@ def first_episodes(task: VecTask, act: Policy, max_steps: int) -> Episodes:
     t = 0
     while bool(running.any()):
         t += 1
-        tr = task.step(act(task.graphs(task.observe())).view(n, task.n_agents).cpu())
+        graphs = task.graphs(task.observe())
+        actions = act(graphs).view(n, task.n_agents).cpu()
+        tr = task.step(actions)
+        counted = running.clone()
         if tr.dropped is not None and bool((tr.dropped & running).any()):
             lost = tr.dropped & running
             returns[lost], began[lost] = 0.0, t
+            counted &= ~lost
             tr = tr._replace(reward=tr.reward.masked_fill(lost, 0.0),
                              terminated=tr.terminated & ~lost, truncated=tr.truncated & ~lost)
+        if on_step is not None:
+            on_step(graphs, actions, counted)
         returns += tr.reward * running
         ended = running & (tr.terminated | tr.truncated | (t - began >= max_steps))
         length[ended] = (t - began)[ended]

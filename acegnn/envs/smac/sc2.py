@@ -31,8 +31,8 @@ from torch import Tensor
 from torch_geometric.data import Batch
 
 from acegnn.envs.base import Policy, Scene, Transition, VecTask, check_actions, first_episodes
-from acegnn.envs.smac.units import (SMAC_ACTIONS, UNIT_COLUMNS, UNIT_TYPES, BattleEval, BattleSpec,
-                                    UnitStats,
+from acegnn.envs.smac.units import (SMAC_ACTIONS, UNIT_COLUMNS, UNIT_TYPES, ActionTally, BattleEval,
+                                    BattleSpec, UnitStats,
                                     battle_graphs, battle_positions, battle_scene, battle_schema)
 from acegnn.graph import only_noop
 from acegnn.utils.registry import MissingBackend
@@ -381,15 +381,18 @@ class SC2Task(VecTask):
         while left > 0:
             if used:
                 test.restart()
-            ep = first_episodes(test, act, test.time_limit)
+            tally = ActionTally(test.spec, test.num_envs)
+            ep = first_episodes(test, act, test.time_limit, tally)
             used = True
             k = min(left, test.num_envs)
             parts.append((ep.returns[:k], ep.length[:k], ep.terminated[:k],
-                          {key: ep.info[key][:k] for key in ("won", "allies_alive", "enemies_alive")}))
+                          {key: ep.info[key][:k] for key in ("won", "allies_alive", "enemies_alive")},
+                          tally.counts[:k]))
             left -= k
-        returns, length, terminated, infos = zip(*parts)
+        returns, length, terminated, infos, counts = zip(*parts)
         return BattleEval.of(torch.cat(returns), torch.cat(length), torch.cat(terminated),
-                             {key: torch.cat([i[key] for i in infos]) for key in infos[0]})
+                             {key: torch.cat([i[key] for i in infos]) for key in infos[0]},
+                             torch.cat(counts))
 
     def close(self) -> None:
         """Close every game (this task's and its evaluation's)."""

@@ -35,8 +35,8 @@ from torch import Tensor
 from torch_geometric.data import Batch
 
 from acegnn.envs.base import Policy, Scene, Transition, VecTask, check_actions, first_episodes
-from acegnn.envs.smac.units import (SMAX_ACTIONS, UNIT_COLUMNS, UNIT_TYPES, BattleEval, BattleSpec,
-                                    UnitStats,
+from acegnn.envs.smac.units import (SMAX_ACTIONS, UNIT_COLUMNS, UNIT_TYPES, ActionTally, BattleEval,
+                                    BattleSpec, UnitStats,
                                     battle_graphs, battle_positions, battle_scene, battle_schema)
 
 #: SMAX unit type ids (jaxmarl's order) -> index in :data:`UNIT_TYPES`.
@@ -336,8 +336,9 @@ class SMAXTask(VecTask):
         """Play ``episodes`` battles with ``act`` (same ``seed``, same starts and enemy
         randomness) and report their outcomes."""
         test = SMAXTask(self.battle, episodes, seed, self.time_limit, self.reward_scale)
-        ep = first_episodes(test, act, self.time_limit)
-        return BattleEval.of(ep.returns, ep.length, ep.terminated, ep.info)
+        tally = ActionTally(self.spec, episodes)
+        ep = first_episodes(test, act, self.time_limit, tally)
+        return BattleEval.of(ep.returns, ep.length, ep.terminated, ep.info, tally.counts)
 
     def state_dict(self) -> dict:
         jax = self.engine.jax

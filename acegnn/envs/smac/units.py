@@ -255,6 +255,34 @@ def win_info(units: Tensor, n_allies: int) -> Dict[str, Tensor]:
     return {"won": ~alive[:, n_allies:].any(1) & alive[:, :n_allies].any(1)}
 
 
+#: What :class:`ActionTally` counts the live agents' actions as: a move (any direction),
+#: a stop (or SMAC's no-op), an attack (or a medivac's heal: the targeted slots).
+ACTION_GROUPS = ("move", "stop", "attack")
+
+
+def action_groups(actions: Tensor, spec: BattleSpec) -> Tensor:
+    """The group of each action id (an index of :data:`ACTION_GROUPS`), same shape."""
+    fixed = spec.actions.fixed
+    table = torch.tensor([0 if kind.startswith("move") else 1 for kind in fixed])
+    return torch.where(actions < len(fixed), table[actions.clamp(max=len(fixed) - 1)], 2)
+
+
+class ActionTally:
+    """The live agents' actions of test battles by group (:data:`ACTION_GROUPS`): the
+    ``on_step`` of :func:`acegnn.envs.base.first_episodes`. ``counts`` ``[num_envs, 3]``:
+    per battle, the actions of agents alive when they chose them."""
+
+    def __init__(self, spec: BattleSpec, num_envs: int) -> None:
+        self.spec = spec
+        self.counts = torch.zeros(num_envs, len(ACTION_GROUPS), dtype=torch.long)
+
+    def __call__(self, graphs: Batch, actions: Tensor, counted: Tensor) -> None:
+        n = actions.size(0)
+        live = graphs["ally"].alive.view(n, -1).cpu() & counted.unsqueeze(1)
+        one_hot = F.one_hot(action_groups(actions, self.spec), len(ACTION_GROUPS))
+        self.counts += (one_hot * live.unsqueeze(-1)).sum(1)
+
+
 @dataclass
 class BattleEval(EvalResult):
     """Greedy test battles (SMAC's protocol: 32 episodes, no exploration)."""
@@ -273,20 +301,32 @@ class BattleEval(EvalResult):
     """Fraction of battles that ended with both sides dead (no win)."""
     timeout_rate: float = 0.0
     """Fraction of battles cut at the time limit with both sides alive."""
+    move_share: float = float("nan")
+    """Fraction of the live agents' actions that were moves (NaN: not counted)."""
+    stop_share: float = float("nan")
+    """Fraction that were stops (SMAC: or no-ops)."""
+    attack_share: float = float("nan")
+    """Fraction that were attacks (or heals)."""
 
     @classmethod
     def of(cls, returns: Tensor, length: Tensor, terminated: Tensor,
-           info: Dict[str, Tensor]) -> "BattleEval":
+           info: Dict[str, Tensor], actions: Optional[Tensor] = None) -> "BattleEval":
         """The means over battles ``[E]``: their returns, lengths, whether each ended by
         a side's death (``terminated``; otherwise the time limit cut it) and the task's
-        last ``info`` (``won``, ``allies_alive``, ``enemies_alive``)."""
+        last ``info`` (``won``, ``allies_alive``, ``enemies_alive``); ``actions``
+        ``[E, 3]``: the live agents' actions per battle by group (:class:`ActionTally`)."""
         allies, enemies = info["allies_alive"].float(), info["enemies_alive"].float()
+        shares = {}
+        if actions is not None:
+            total = actions.sum(0).double()
+            shares = {f"{g}_share": float(c / total.sum()) if total.sum() > 0 else float("nan")
+                      for g, c in zip(ACTION_GROUPS, total)}
         return cls(win_rate=float(info["won"].float().mean()),
                    mean_return=float(returns.float().mean()),
                    mean_steps=float(length.float().mean()),
                    allies_alive=float(allies.mean()), enemies_alive=float(enemies.mean()),
                    draw_rate=float((terminated & (allies == 0) & (enemies == 0)).float().mean()),
-                   timeout_rate=float((~terminated).float().mean()))
+                   timeout_rate=float((~terminated).float().mean()), **shares)
 
     success_metric: ClassVar[str] = "win_rate"
     success_threshold: ClassVar[float] = 1.0
