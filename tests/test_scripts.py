@@ -436,6 +436,40 @@ def test_scripted_focus_fire_plays_smax_battles():
     assert "enemies left" in text
 
 
+def test_battle_actions_by_situation_by_hand(monkeypatch):
+    import torch
+
+    monkeypatch.syspath_prepend(os.path.join(ROOT, "scripts"))
+    from battle_actions import situation_counts
+
+    from acegnn.envs.smac.units import (SMAX_ACTIONS, UNIT_TYPES, BattleSpec, UnitStats,
+                                        battle_graphs)
+
+    marine = UNIT_TYPES.index("marine")
+    spec = BattleSpec(3, 2, (32.0, 32.0), SMAX_ACTIONS,
+                      UnitStats((5.0,) * len(UNIT_TYPES), (9.0,) * len(UNIT_TYPES)))
+    # two battles; type, x, y, health, shield, cooldown, alive: allies 0-2, enemies 3-4
+    units = torch.tensor([[[marine, 10, 10, 1.0, 0, 0.0, 1], [marine, 10, 12, 1.0, 0, 0.4, 1],
+                           [marine, 4, 11, 0.0, 0, 0.0, 0],
+                           [marine, 12, 10, 0.9, 0, 0, 1], [marine, 14, 12, 0.5, 0, 0, 1]],
+                          [[marine, 10, 10, 1.0, 0, 0.0, 1], [marine, 10, 12, 1.0, 0, 0.7, 1],
+                           [marine, 20, 20, 1.0, 0, 0.2, 1],
+                           [marine, 12, 10, 0.9, 0, 0, 1], [marine, 14, 12, 0.5, 0, 0, 1]]]).float()
+    avail = torch.zeros(2, 3, 7, dtype=torch.bool)
+    avail[:, :, :5] = True
+    avail[:, 0, 5:] = True  # ally 0 reaches both enemies, weapon ready
+    avail[:, 1, 6] = True  # ally 1 the second, cooling down
+    avail[0, 2] = False
+    avail[0, 2, 4] = True  # battle 0: ally 2 is dead (stop only); battle 1: out of range
+    graphs = battle_graphs(units, avail, spec)
+    actions = torch.tensor([[5, 2, 4], [0, 6, 4]])  # attack/move/stop (dead), move/attack/stop
+    both = situation_counts(graphs, actions, torch.tensor([True, True]), spec)
+    # rows: no enemy in range, in range and ready, in range and cooling; columns: move, stop, attack
+    assert both.tolist() == [[0, 1, 0], [1, 0, 1], [1, 0, 1]]
+    first = situation_counts(graphs, actions, torch.tensor([True, False]), spec)
+    assert first.tolist() == [[0, 0, 0], [0, 0, 1], [1, 0, 0]]  # the dead agent's stop: none
+
+
 def test_bench_study_reads_trial_times_and_tabulates_by_hand(tmp_path):
     sys.path.insert(0, os.path.join(ROOT, "scripts"))
     from bench_study import study_file, table, trial_times
