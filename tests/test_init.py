@@ -112,3 +112,5 @@ def test_model_passive_width_sets_the_passive_encoders_inner_width():
             [(schema.node_types[t], 8 * k), (8 * k, 8 * k)]
     with pytest.raises(ValueError, match="model.passive_width must be null or >= 1"):
         load_config("configs/spiders_fly_5x5.yaml", ["model.passive_width=0"])
+    with pytest.raises(ValueError, match="model.value_layers must be null or >= 1"):
+        load_config("configs/spiders_fly_5x5.yaml", ["model.value_layers=0"])

@@ -93,14 +93,18 @@ def test_attention_convs_match_hand_written_layers(conv, heads, monkeypatch):
     assert max_error_against_reference(net, states, ro) < 1e-5
 
 
-@pytest.mark.parametrize("passive,layers,messages", [
-    (True, 1, "kind"), (False, 1, "kind"), (True, 3, "kind"),
-    (True, 1, "pair"), (True, 2, "pair"), (False, 2, "pair")])
-def test_matches_reference_with_and_without_passive(passive, layers, messages):
+@pytest.mark.parametrize("passive,layers,messages,value_layers", [
+    (True, 1, "kind", None), (False, 1, "kind", None), (True, 3, "kind", None),
+    (True, 1, "pair", None), (True, 2, "pair", None), (False, 2, "pair", None),
+    (True, 1, "kind", 2), (True, 2, "kind", 1)])
+def test_matches_reference_with_and_without_passive(passive, layers, messages, value_layers):
     torch.manual_seed(1)
     schema, states = make_states(seed=3, mask_prob=0.5)
     net = ACENetwork(schema, hidden=32, passive=passive, pool="mean_max", layers=layers,
-                     messages=messages)
+                     messages=messages, value_layers=value_layers)
+    if value_layers is not None:  # the value encoder's depth alone
+        assert net.value_head.layers == value_layers
+        assert len(net.unit_encoder.node_encoders["ally"]) == 2 * layers
     ro = net.rollout(collate(states), order="random", selector=EpsilonGreedy(0.3),
                      generator=torch.Generator().manual_seed(2))
     assert max_error_against_reference(net, states, ro) < 1e-5
@@ -461,7 +465,8 @@ def test_action_targeting_its_own_actor(pool):
 
 
 @pytest.mark.parametrize("pool,layers,additive", [("mean", 1, True), ("sum", 1, True),
-                                                  ("mean_max", 1, False), ("mean", 2, False)])
+                                                  ("mean_max", 1, False), ("mean", 2, False),
+                                                  ("mean", (1, 2), False)])
 def test_which_heads_can_couple_untargeted_actions(pool, layers, additive):
     """Without a passive target, each action only changes its own unit. With sum/mean
     pooling and a linear readout V(s, a0, a1) is then additive in a0 and a1 (the second
@@ -469,7 +474,9 @@ def test_which_heads_can_couple_untargeted_actions(pool, layers, additive):
     from acegnn.envs.spiders_fly import spiders_fly_graphs, spiders_fly_schema
 
     torch.manual_seed(0)
-    net = ACENetwork(spiders_fly_schema(), hidden=16, pool=pool, layers=layers)
+    layers, value_layers = layers if isinstance(layers, tuple) else (layers, None)
+    net = ACENetwork(spiders_fly_schema(), hidden=16, pool=pool, layers=layers,
+                     value_layers=value_layers)  # (1, 2): a deeper value encoder alone
     with torch.no_grad():  # large action messages, so that ReLU patterns change between them
         net.action_encoder.active.normal_(std=3.0)
     pos = torch.tensor([[[2, 2], [2, 3], [0, 0]]])  # every action available to both

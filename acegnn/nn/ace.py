@@ -45,6 +45,9 @@ class ModelConfig(MLPConfig):
     passive_width: Optional[int] = None
     """Width of the passive encoder's inner layers when ``layers`` > 1 (null: ``hidden``;
     the football issue's probe ran with hidden x targeted kinds, 2432)."""
+    value_layers: Optional[int] = None
+    """Depth of the value encoder alone (its per-unit MLP and its readout after pooling;
+    null: ``layers``): where a chosen action's message meets the unit it changes."""
     messages: str = "kind"
     """Messages of targeted actions: ``kind`` (the paper's: a learnable active vector per
     kind, a passive message from the actor's node features) or ``pair`` (the official
@@ -61,6 +64,8 @@ class ModelConfig(MLPConfig):
             raise ValueError(f"model.conv_layers must be at least 1 (got {self.conv_layers})")
         if self.pool not in POOLS:
             raise ValueError(f"model.pool must be one of {sorted(POOLS)} (got {self.pool!r})")
+        if self.value_layers is not None and self.value_layers < 1:
+            raise ValueError(f"model.value_layers must be null or >= 1 (got {self.value_layers})")
         if self.passive_width is not None and self.passive_width < 1:
             raise ValueError(f"model.passive_width must be null or >= 1 (got {self.passive_width})")
         if self.messages not in MESSAGES:
@@ -92,13 +97,16 @@ class ACENetwork(nn.Module):
             (default: :obj:`None`, ``hidden``)
         messages (str, optional): Messages of targeted actions, ``"kind"`` or ``"pair"``
             (:class:`ModelConfig`). (default: :obj:`"kind"`)
+        value_layers (int, optional): Depth of the value encoder alone. (default:
+            :obj:`None`, ``layers``)
     """
 
     def __init__(self, schema: GraphSchema, hidden: int = 128, conv: str = "ace",
                  pool: str = "mean", passive: bool = True,
                  conv_kwargs: Optional[dict] = None, layers: int = 1,
                  init: str = "torch", conv_layers: int = 1,
-                 passive_width: Optional[int] = None, messages: str = "kind") -> None:
+                 passive_width: Optional[int] = None, messages: str = "kind",
+                 value_layers: Optional[int] = None) -> None:
         super().__init__()
         if not isinstance(hidden, int) or hidden <= 0:
             raise ValueError(f"hidden must be a positive int (got {hidden!r})")
@@ -108,7 +116,7 @@ class ACENetwork(nn.Module):
             raise ValueError(f"messages must be one of {list(MESSAGES)} (got {messages!r})")
         self.action_encoder = ActionEncoder(schema, hidden, passive, layers, passive_width,
                                             pairs=messages == "pair")
-        self.value_head = ValueHead(hidden, pool, layers)
+        self.value_head = ValueHead(hidden, pool, layers if value_layers is None else value_layers)
         self.init = init
         init_relu_layers(self, init)
 
@@ -117,7 +125,7 @@ class ACENetwork(nn.Module):
         return cls(schema, hidden=cfg.hidden, conv=cfg.conv, pool=cfg.pool, passive=cfg.passive,
                    conv_kwargs=dict(cfg.conv_kwargs), layers=cfg.layers, init=cfg.init,
                    conv_layers=cfg.conv_layers, passive_width=cfg.passive_width,
-                   messages=cfg.messages)
+                   messages=cfg.messages, value_layers=cfg.value_layers)
 
     def reset_parameters(self) -> None:
         self.unit_encoder.reset_parameters()
