@@ -43,7 +43,8 @@ class UnitConv(Protocol):
     receives nothing and its row may be returned as it came (nothing downstream reads
     it). ``reset_parameters()`` re-initialises its weights. It may assume nothing about
     the order of edges, and must be a function of the graph: batched graphs are one
-    graph of disjoint parts.
+    graph of disjoint parts. A class with ``uses_edge_encoders = False`` gets no edge
+    encoders, and the edges' raw features ``[E, F_e]`` in place of their embeddings.
     """
 
     def forward(self, h_dict: Dict[str, Tensor], edge_index_dict: Dict[EdgeType, Tensor],
