@@ -191,3 +191,50 @@ def test_the_official_relation_step_against_a_hand_written_reference():
     want = torch.autograd.grad(full.square().sum(), [seq[0].weight, seq[0].bias, p[et], hh["ally"]])
     for a, b in zip(gw, want):
         assert torch.allclose(a, b, atol=1e-5)
+
+
+def test_a_step_without_edge_encoders_reads_the_edges_raw_features():
+    """A step class with ``uses_edge_encoders = False`` gets no edge encoders, and its
+    ``forward`` the live edges' features ``[E, F_e]`` in place of embeddings."""
+    from torch import nn
+
+    from acegnn.nn.unit_encoder import edge_key
+
+    seen = {}
+
+    class RawEdges(nn.Module):
+        uses_edge_encoders = False
+
+        def __init__(self, schema, hidden):
+            super().__init__()
+            self.lin = nn.ModuleDict({edge_key(et): nn.Linear(f, hidden)
+                                      for et, f in schema.edge_types.items()})
+
+        def reset_parameters(self):
+            for m in self.lin.values():
+                m.reset_parameters()
+
+        def forward(self, h_dict, edge_index_dict, edge_emb_dict):
+            out = dict(h_dict)
+            for et, ei in edge_index_dict.items():
+                seen[et] = edge_emb_dict[et].clone()
+                out[et[2]] = out[et[2]].index_add(0, ei[1], self.lin[edge_key(et)](edge_emb_dict[et]))
+            return out
+
+    from acegnn.nn import register_unit_conv
+    from acegnn.nn.unit_encoder import UNIT_CONVS
+    register_unit_conv("test_raw_edges")(RawEdges)
+    try:
+        net = ACENetwork(SCHEMA, hidden=8, conv="test_raw_edges")
+        assert len(net.unit_encoder.edge_encoders) == 0
+        s = states(dead=True)  # enemy 1 dead: its edges are left out
+        values(net, s)
+        assert set(seen) == set(SCHEMA.edge_types)
+        for et, feats in seen.items():
+            keep = torch.ones(s[et].edge_index.size(1), dtype=torch.bool)
+            for end, t in ((0, et[0]), (1, et[2])):
+                if hasattr(s[t], "alive"):
+                    keep &= s[t].alive[s[et].edge_index[end]]
+            assert torch.equal(feats, s[et].edge_attr[keep])  # the raw features, live edges
+    finally:
+        UNIT_CONVS.pop("test_raw_edges")
