@@ -470,6 +470,34 @@ def test_battle_actions_by_situation_by_hand(monkeypatch):
     assert first.tolist() == [[0, 0, 0], [0, 0, 1], [1, 0, 0]]  # the dead agent's stop: none
 
 
+def test_move_value_fit_targets_by_hand(monkeypatch):
+    import torch
+
+    monkeypatch.syspath_prepend(os.path.join(ROOT, "scripts"))
+    from move_value_fit import distance_change
+
+    # agent 0 at (9, 9); enemies at (9, 18) (9 away, north), (27, 9) (dead) and (0, 9)
+    # (9 away, west); two allies, columns: type, x, y, health, shield, cooldown, alive
+    u = torch.tensor([[[0, 9, 9, 1, 0, 0, 1], [0, 5, 5, 1, 0, 0, 1],
+                       [0, 9, 18, 1, 0, 0, 1], [0, 27, 9, 1, 0, 0, 0], [0, 0, 9, 1, 0, 0, 1]]]).float()
+    got = distance_change(u, 2)[0]
+    # in units of 9 both live enemies are 1 away; a step of 0.1 north (west) brings the
+    # north (west) one to 0.9; east or south leaves the nearer at sqrt(1 + 0.1^2)
+    side = 1.01 ** 0.5 - 1
+    assert got.tolist() == pytest.approx([-0.1, side, side, -0.1], abs=1e-6)
+
+
+def test_move_value_fit_runs_on_smax(tmp_path):
+    pytest.importorskip("jaxmarl")
+    text = run(["scripts/move_value_fit.py", "--scenario", "3m", "--envs", "4", "--play-steps",
+                "10", "--test", "8", "--steps", "2", "--hidden", "8", "--value-layers", "1", "2",
+                "--json", str(tmp_path / "fit.json")])
+    rows = json.loads((tmp_path / "fit.json").read_text())
+    assert [(r["value_layers"], r["step"]) for r in rows] == [(1, 2), (2, 2)]
+    assert all(r["error"] > 0 and r["error_between_moves"] > 0 for r in rows)
+    assert "held out" in text
+
+
 def test_bench_study_reads_trial_times_and_tabulates_by_hand(tmp_path):
     sys.path.insert(0, os.path.join(ROOT, "scripts"))
     from bench_study import study_file, table, trial_times
