@@ -391,18 +391,24 @@ def test_bench_update_starts_from_a_runs_checkpoint(tmp_path):
     assert other.returncode == 2 and "does not match this model" in other.stderr
 
 
+def marines_3_vs_2():
+    """The marine's type id and a SMAX battle of 3 allies and 2 enemies on a 32 x 32 map,
+    every unit with attack range 5 and sight 9."""
+    from acegnn.envs.smac.units import SMAX_ACTIONS, UNIT_TYPES, BattleSpec, UnitStats
+
+    return UNIT_TYPES.index("marine"), BattleSpec(
+        3, 2, (32.0, 32.0), SMAX_ACTIONS, UnitStats((5.0,) * len(UNIT_TYPES), (9.0,) * len(UNIT_TYPES)))
+
+
 def test_scripted_focus_fire_by_hand(monkeypatch):
     import torch
 
     monkeypatch.syspath_prepend(os.path.join(ROOT, "scripts"))
     from smax_scripted import focus_fire
 
-    from acegnn.envs.smac.units import (SMAX_ACTIONS, UNIT_TYPES, BattleSpec, UnitStats,
-                                        battle_graphs)
+    from acegnn.envs.smac.units import battle_graphs
 
-    marine = UNIT_TYPES.index("marine")
-    spec = BattleSpec(3, 2, (32.0, 32.0), SMAX_ACTIONS,
-                      UnitStats((5.0,) * len(UNIT_TYPES), (9.0,) * len(UNIT_TYPES)))
+    marine, spec = marines_3_vs_2()
     # type, x, y, health, shield, cooldown, alive: allies 0-2, enemies 3-4
     units = torch.tensor([[marine, 10, 10, 1.0, 0, 0, 1], [marine, 10, 12, 1.0, 0, 0, 1],
                           [marine, 4, 11, 1.0, 0, 0, 1],
@@ -442,12 +448,9 @@ def test_battle_actions_by_situation_by_hand(monkeypatch):
     monkeypatch.syspath_prepend(os.path.join(ROOT, "scripts"))
     from battle_actions import situation_counts
 
-    from acegnn.envs.smac.units import (SMAX_ACTIONS, UNIT_TYPES, BattleSpec, UnitStats,
-                                        battle_graphs)
+    from acegnn.envs.smac.units import battle_graphs
 
-    marine = UNIT_TYPES.index("marine")
-    spec = BattleSpec(3, 2, (32.0, 32.0), SMAX_ACTIONS,
-                      UnitStats((5.0,) * len(UNIT_TYPES), (9.0,) * len(UNIT_TYPES)))
+    marine, spec = marines_3_vs_2()
     # two battles; type, x, y, health, shield, cooldown, alive: allies 0-2, enemies 3-4
     units = torch.tensor([[[marine, 10, 10, 1.0, 0, 0.0, 1], [marine, 10, 12, 1.0, 0, 0.4, 1],
                            [marine, 4, 11, 0.0, 0, 0.0, 0],
