@@ -20,26 +20,26 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch_geometric.data import Batch
 
-from acegnn.envs.smac.units import ACTION_GROUPS, UNIT_TYPES, BattleSpec, action_groups
+from acegnn.envs.smac.units import ACTION_GROUPS, UNIT_TYPES, BattleSpec, live_action_groups
 
 COOLDOWN = len(UNIT_TYPES) + 4  # the node features' cooldown column (0: ready)
 SITUATIONS = ("no enemy in range", "enemy in range, weapon ready", "enemy in range, cooling down")
 
 
 def situation_counts(graphs: Batch, actions: Tensor, counted: Tensor, spec: BattleSpec) -> Tensor:
-    """``[3, 3]``: agent-steps of live agents by situation (:data:`SITUATIONS`) and action
-    group (:data:`acegnn.envs.smac.units.ACTION_GROUPS`), for ``actions``
-    ``[num_envs, n_agents]`` chosen on ``graphs``; ``counted`` ``[num_envs]`` the
-    environments whose step counts (``first_episodes``' ``on_step``)."""
-    n = actions.numel()
-    live = graphs["ally"].alive.view(-1).cpu() & counted.repeat_interleave(actions.size(1))
-    avail = graphs["action"].available.view(n, -1).cpu()
-    in_range = avail[:, spec.actions.first_target:].any(1)
-    cooling = graphs["ally"].x[:, COOLDOWN].cpu() > 0
+    """``[num_envs, 3, 3]``: per environment, agent-steps of live agents by situation
+    (:data:`SITUATIONS`) and action group (:data:`acegnn.envs.smac.units.ACTION_GROUPS`),
+    for ``actions`` ``[num_envs, n_agents]`` chosen on ``graphs``; ``counted``
+    ``[num_envs]`` the environments whose step counts (``first_episodes``' ``on_step``)."""
+    n, agents = actions.shape
+    live, groups = live_action_groups(graphs, actions, counted, spec)
+    avail = graphs["action"].available.view(n * agents, -1).cpu()
+    in_range = avail[:, spec.actions.first_target:].any(1).view(n, agents)
+    cooling = (graphs["ally"].x[:, COOLDOWN].cpu() > 0).view(n, agents)
     situation = torch.where(in_range, torch.where(cooling, 2, 1), 0)
-    cell = situation * len(ACTION_GROUPS) + action_groups(actions.reshape(-1).cpu(), spec)
-    return F.one_hot(cell[live], len(SITUATIONS) * len(ACTION_GROUPS)).sum(0).view(
-        len(SITUATIONS), len(ACTION_GROUPS))
+    cells = len(SITUATIONS) * len(ACTION_GROUPS)
+    one_hot = F.one_hot(situation * len(ACTION_GROUPS) + groups, cells) * live.unsqueeze(-1)
+    return one_hot.sum(1).view(n, len(SITUATIONS), len(ACTION_GROUPS))
 
 
 def run_counts(run: str, episodes: int, seed: int) -> dict:
@@ -55,16 +55,17 @@ def run_counts(run: str, episodes: int, seed: int) -> dict:
         if not isinstance(task, SMAXTask):
             raise SystemExit(f"{run}: a SMAX run is needed (env.name={cfg.env.name})")
         test = SMAXTask(task.battle, episodes, seed, task.time_limit, task.reward_scale)
-        total = torch.zeros(len(SITUATIONS), len(ACTION_GROUPS), dtype=torch.long)
+        per_env = torch.zeros(episodes, len(SITUATIONS), len(ACTION_GROUPS), dtype=torch.long)
 
-        def on_step(graphs, actions, counted):
-            total.add_(situation_counts(graphs, actions, counted, task.spec))
+        def on_step(graphs, actions, counted, restarted):
+            per_env[restarted] = 0
+            per_env.add_(situation_counts(graphs, actions, counted, task.spec))
 
         ep = first_episodes(test, greedy(learner, seed), task.time_limit, on_step)
     finally:
         task.close()
     return {"run": run, "episodes": episodes, "seed": seed,
-            "win_rate": float(ep.info["won"].float().mean()), "counts": total.tolist()}
+            "win_rate": float(ep.info["won"].float().mean()), "counts": per_env.sum(0).tolist()}
 
 
 def main(argv: List[str] = None) -> int:

@@ -20,6 +20,8 @@ from typing import List, Tuple
 import torch
 from torch import Tensor
 
+from acegnn.envs.smac.units import DISTANCE_SCALE
+
 #: The four move slots of SMAX (north, east, south, west) as steps, in units of 9 (the
 #: graph's distance scale); any fixed directions serve, the network learns the map.
 STEPS = torch.tensor([[0.0, 1.0], [1.0, 0.0], [0.0, -1.0], [-1.0, 0.0]]) * 0.1
@@ -54,7 +56,7 @@ def distance_change(units: Tensor, n_allies: int) -> Tensor:
     out = []
     for u in units:
         live = u[n_allies:, 6] > 0
-        offsets = (u[n_allies:, 1:3][live] - u[0, 1:3]) / 9.0
+        offsets = (u[n_allies:, 1:3][live] - u[0, 1:3]) / DISTANCE_SCALE
         before = offsets.norm(dim=1).min()
         out.append(torch.stack([(offsets - s).norm(dim=1).min() - before for s in STEPS]))
     return torch.stack(out)
@@ -69,7 +71,10 @@ def move_values(net, units: Tensor, avail: Tensor, spec) -> Tensor:
     idx = ro.encoded.index
     first = idx.action_agent == idx.agent_ptr[idx.action_batch]  # agent 0's rows
     rows = first & (idx.action_slot < 4)
-    return ro.candidate_values[rows].view(units.size(0), 4)
+    values = ro.candidate_values[rows].view(units.size(0), 4)
+    if not bool(torch.isfinite(values).all()):
+        raise ValueError("a state where agent 0 cannot make every move: its move values are NaN")
+    return values
 
 
 def fit(value_layers: int, data, steps: int, seed: int, hidden: int = 256) -> List[dict]:

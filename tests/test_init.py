@@ -114,3 +114,24 @@ def test_model_passive_width_sets_the_passive_encoders_inner_width():
         load_config("configs/spiders_fly_5x5.yaml", ["model.passive_width=0"])
     with pytest.raises(ValueError, match="model.value_layers must be null or >= 1"):
         load_config("configs/spiders_fly_5x5.yaml", ["model.value_layers=0"])
+
+
+def test_value_layers_set_every_value_encoders_depth():
+    """``model.value_layers``: ACE's value head, ACE-CTDE's individual one and ACE-PPO's
+    logit head, while the node encoders keep ``model.layers``."""
+    from acegnn.algos.ace_ppo import ACEPPO
+    from acegnn.config import load_config as load
+    from acegnn.envs.spiders_fly import spiders_fly_schema
+    from acegnn.nn import ACENetwork
+    from acegnn.nn.ace import ModelConfig
+    from acegnn.nn.individual import IndividualQ
+
+    model = ModelConfig(hidden=8, layers=1, value_layers=3)
+    assert model.value_depth == 3 and ModelConfig(hidden=8, layers=2).value_depth == 2
+    net = ACENetwork.from_config(spiders_fly_schema(), model)
+    assert net.value_head.layers == 3 and len(net.unit_encoder.node_encoders["spider"]) == 2
+    for share in ("encoders", "none"):
+        assert IndividualQ.from_config(net, model, share).value_head.layers == 3
+    cfg = load("configs/spiders_fly_5x5_ppo.yaml", ["model.hidden=8", "model.value_layers=3"])
+    ppo = ACEPPO(spiders_fly_schema(), cfg.algo, cfg.model)
+    assert ppo.net.logit_head.layers == 3 and ppo.net.value_head.layers == 3

@@ -412,7 +412,9 @@ def test_repr():
     schema = smac_like_schema()
     net = ACENetwork(schema, hidden=32, conv="gatv2", pool="max", passive=False)
     assert str(net) == ("ACENetwork(hidden=32, conv=gatv2, pool=max, passive=False, "
-                        "messages=kind, layers=1)")
+                        "messages=kind, layers=1, value_layers=1)")
+    deep = ACENetwork(schema, hidden=8, layers=2, value_layers=3)
+    assert str(deep).endswith("layers=2, value_layers=3)")
     pairs = ACENetwork(schema, hidden=8, messages="pair")
     assert "messages=pair" in str(pairs) and "pairs=True" in str(pairs.action_encoder)
     assert str(net.value_head) == "ValueHead(32, pool=max, layers=1)"

@@ -467,10 +467,12 @@ def test_battle_actions_by_situation_by_hand(monkeypatch):
     graphs = battle_graphs(units, avail, spec)
     actions = torch.tensor([[5, 2, 4], [0, 6, 4]])  # attack/move/stop (dead), move/attack/stop
     both = situation_counts(graphs, actions, torch.tensor([True, True]), spec)
-    # rows: no enemy in range, in range and ready, in range and cooling; columns: move, stop, attack
-    assert both.tolist() == [[0, 1, 0], [1, 0, 1], [1, 0, 1]]
+    # rows: no enemy in range, in range and ready, in range and cooling; columns: move,
+    # stop, attack; battle 0: the dead agent's stop is not counted
+    assert both.tolist() == [[[0, 0, 0], [0, 0, 1], [1, 0, 0]],
+                             [[0, 1, 0], [1, 0, 0], [0, 0, 1]]]
     first = situation_counts(graphs, actions, torch.tensor([True, False]), spec)
-    assert first.tolist() == [[0, 0, 0], [0, 0, 1], [1, 0, 0]]  # the dead agent's stop: none
+    assert first.tolist() == [both[0].tolist(), [[0] * 3] * 3]
 
 
 def test_move_value_fit_targets_by_hand(monkeypatch):
@@ -479,10 +481,10 @@ def test_move_value_fit_targets_by_hand(monkeypatch):
     monkeypatch.syspath_prepend(os.path.join(ROOT, "scripts"))
     from move_value_fit import distance_change
 
-    # agent 0 at (9, 9); enemies at (9, 18) (9 away, north), (27, 9) (dead) and (0, 9)
-    # (9 away, west); two allies, columns: type, x, y, health, shield, cooldown, alive
+    # agent 0 at (9, 9); enemies at (9, 18) (9 away, north), (10, 9) (dead, 1 away) and
+    # (0, 9) (9 away, west); two allies, columns: type, x, y, health, shield, cooldown, alive
     u = torch.tensor([[[0, 9, 9, 1, 0, 0, 1], [0, 5, 5, 1, 0, 0, 1],
-                       [0, 9, 18, 1, 0, 0, 1], [0, 27, 9, 1, 0, 0, 0], [0, 0, 9, 1, 0, 0, 1]]]).float()
+                       [0, 9, 18, 1, 0, 0, 1], [0, 10, 9, 1, 0, 0, 0], [0, 0, 9, 1, 0, 0, 1]]]).float()
     got = distance_change(u, 2)[0]
     # in units of 9 both live enemies are 1 away; a step of 0.1 north (west) brings the
     # north (west) one to 0.9; east or south leaves the nearer at sqrt(1 + 0.1^2)

@@ -11,7 +11,7 @@ pytest.importorskip("jaxmarl")
 
 from acegnn.envs.smac.smax import (SCENARIOS, SMAX_TYPES, SMAXConfig, SMAXTask,  # noqa: E402
                                    get_scenario, scenario_name, units_scenario)
-from acegnn.envs.smac.units import (DISTANCE_SCALE, UNIT_TYPES, BattleEval,  # noqa: E402
+from acegnn.envs.smac.units import (DISTANCE_SCALE, UNIT_TYPES, ActionTally, BattleEval,  # noqa: E402
                                     battle_schema, sort_key)
 from acegnn.envs.base import first_episodes  # noqa: E402
 from acegnn.graph import unit_index  # noqa: E402
@@ -240,6 +240,19 @@ def test_test_battles_count_the_live_agents_actions_by_group():
     assert [r.move_share, r.stop_share, r.attack_share] == pytest.approx(want)
     assert min(want) > 0
     assert r.allies_alive < 1.0 and r.mean_steps < len(played)  # dead agents, ended battles
+
+
+def test_an_action_tally_forgets_a_battle_a_restart_voided():
+    task = SMAXTask("3m", 2, seed=0)
+    g = task.graphs(task.observe())  # every agent alive
+    tally = ActionTally(task.spec, 2)
+    yes, no = torch.tensor([True, True]), torch.tensor([False, False])
+    tally(g, torch.full((2, 3), 4), yes, no)  # stops
+    assert tally.counts.tolist() == [[0, 3, 0], [0, 3, 0]]
+    # battle 0's step was dropped by a restart: what it had counted goes, this step too
+    tally(g, torch.zeros(2, 3, dtype=torch.long), torch.tensor([False, True]),
+          torch.tensor([True, False]))  # moves north
+    assert tally.counts.tolist() == [[0, 0, 0], [3, 3, 0]]
 
 
 def test_battle_outcomes_are_told_apart():

@@ -317,7 +317,7 @@ class ACEPPO(LearnerBase):
         net = ACENetwork.from_config(schema, model)
         # trained, clipped and saved with the network
         net.add_module("logit_head", init_relu_layers(
-            ValueHead(model.hidden, model.pool, model.layers), model.init))
+            ValueHead(model.hidden, model.pool, model.value_depth), model.init))
         super().__init__(net, cfg, device)
         self.value_norm = RunningMeanStd()
 

@@ -258,7 +258,8 @@ class Episodes(NamedTuple):
 
 
 def first_episodes(task: VecTask, act: Policy, max_steps: int,
-                   on_step: Optional[Callable[[Batch, Tensor, Tensor], None]] = None) -> Episodes:
+                   on_step: Optional[Callable[[Batch, Tensor, Tensor, Tensor], None]] = None
+                   ) -> Episodes:
     """Play the first episode of each of ``task``'s environments with ``act``, ignoring
     what the environments do after their auto-reset: the loop of a test evaluation.
 
@@ -270,9 +271,11 @@ def first_episodes(task: VecTask, act: Policy, max_steps: int,
         act (Policy): Graph batch -> ``[num_agents]`` actions.
         max_steps (int): Stop an episode after this many steps (the task's time limit).
         on_step (callable, optional): Called after every step with the graphs acted on,
-            the actions ``[num_envs, n_agents]`` and which environments' steps belong to
+            the actions ``[num_envs, n_agents]``, which environments' steps belong to
             their first episode ``[num_envs]`` bool (not a step after the episode's end,
-            nor one an engine restart dropped).
+            nor one an engine restart dropped) and which environments' episodes an
+            engine restart voided at this step ``[num_envs]`` bool (they play again from
+            the start: what was recorded of them is to be forgotten).
     """
     if max_steps < 1:
         raise ValueError(f"max_steps must be positive (got {max_steps})")
@@ -290,15 +293,14 @@ def first_episodes(task: VecTask, act: Policy, max_steps: int,
         graphs = task.graphs(task.observe())
         actions = act(graphs).view(n, task.n_agents).cpu()
         tr = task.step(actions)
-        counted = running.clone()
+        lost = torch.zeros(n, dtype=torch.bool)
         if tr.dropped is not None and bool((tr.dropped & running).any()):
             lost = tr.dropped & running
             returns[lost], began[lost] = 0.0, t
-            counted &= ~lost
             tr = tr._replace(reward=tr.reward.masked_fill(lost, 0.0),
                              terminated=tr.terminated & ~lost, truncated=tr.truncated & ~lost)
         if on_step is not None:
-            on_step(graphs, actions, counted)
+            on_step(graphs, actions, running & ~lost, lost)
         returns += tr.reward * running
         ended = running & (tr.terminated | tr.truncated | (t - began >= max_steps))
         length[ended] = (t - began)[ended]

@@ -46,13 +46,20 @@ class ModelConfig(MLPConfig):
     """Width of the passive encoder's inner layers when ``layers`` > 1 (null: ``hidden``;
     the football issue's probe ran with hidden x targeted kinds, 2432)."""
     value_layers: Optional[int] = None
-    """Depth of the value encoder alone (its per-unit MLP and its readout after pooling;
-    null: ``layers``): where a chosen action's message meets the unit it changes."""
+    """Depth of the value encoders alone (the per-unit MLP and the readout after pooling;
+    ACE-CTDE's individual values and ACE-PPO's logits too; null: ``layers``): where a
+    chosen action's message meets the unit it changes."""
     messages: str = "kind"
     """Messages of targeted actions: ``kind`` (the paper's: a learnable active vector per
     kind, a passive message from the actor's node features) or ``pair`` (the official
     SMAC code's: both from an MLP over the actor's and the target's embeddings and their
     edge's features)."""
+
+    @property
+    def value_depth(self) -> int:
+        """The depth of every value encoder (ACE's value head, ACE-CTDE's individual one,
+        ACE-PPO's logit head): ``value_layers``, or ``layers`` where it is null."""
+        return self.layers if self.value_layers is None else self.value_layers
 
     def __post_init__(self) -> None:
         from acegnn.nn.unit_encoder import unit_conv
@@ -110,7 +117,7 @@ class ACENetwork(nn.Module):
         super().__init__()
         if not isinstance(hidden, int) or hidden <= 0:
             raise ValueError(f"hidden must be a positive int (got {hidden!r})")
-        self.schema, self.hidden = schema, hidden
+        self.schema, self.hidden, self.layers = schema, hidden, layers
         self.unit_encoder = UnitEncoder(schema, hidden, conv, conv_kwargs, layers, conv_layers)
         if messages not in MESSAGES:
             raise ValueError(f"messages must be one of {list(MESSAGES)} (got {messages!r})")
@@ -201,4 +208,4 @@ class ACENetwork(nn.Module):
                 f"conv={self.unit_encoder.conv_name}, pool={self.value_head.pool}, "
                 f"passive={self.action_encoder.passive}, "
                 f"messages={'pair' if self.action_encoder.pairs else 'kind'}, "
-                f"layers={self.value_head.layers})")
+                f"layers={self.layers}, value_layers={self.value_head.layers})")

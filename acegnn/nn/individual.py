@@ -221,7 +221,7 @@ class IndividualQ(nn.Module):
         if share == "all":
             value = net.value_head
         else:
-            value = ValueHead(hidden, model.pool, layers)
+            value = ValueHead(hidden, model.pool, model.value_depth)
             fresh.append(value)
         for m in fresh:
             init_relu_layers(m, model.init)

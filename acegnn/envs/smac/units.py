@@ -267,20 +267,30 @@ def action_groups(actions: Tensor, spec: BattleSpec) -> Tensor:
     return torch.where(actions < len(fixed), table[actions.clamp(max=len(fixed) - 1)], 2)
 
 
+def live_action_groups(graphs: Batch, actions: Tensor, counted: Tensor,
+                       spec: BattleSpec) -> Tuple[Tensor, Tensor]:
+    """``(live, groups)``, both ``[num_envs, n_agents]``, of ``actions`` chosen on
+    ``graphs``: whether the agent was alive when it chose, in an environment whose step
+    counts (``counted`` ``[num_envs]``), and its action's group (:func:`action_groups`)."""
+    n = actions.size(0)
+    live = graphs["ally"].alive.view(n, -1).cpu() & counted.view(n, 1).cpu()
+    return live, action_groups(actions.cpu(), spec)
+
+
 class ActionTally:
     """The live agents' actions of test battles by group (:data:`ACTION_GROUPS`): the
     ``on_step`` of :func:`acegnn.envs.base.first_episodes`. ``counts`` ``[num_envs, 3]``:
-    per battle, the actions of agents alive when they chose them."""
+    per battle, the actions of agents alive when they chose them (a battle an engine
+    restart voided starts again from zero)."""
 
     def __init__(self, spec: BattleSpec, num_envs: int) -> None:
         self.spec = spec
         self.counts = torch.zeros(num_envs, len(ACTION_GROUPS), dtype=torch.long)
 
-    def __call__(self, graphs: Batch, actions: Tensor, counted: Tensor) -> None:
-        n = actions.size(0)
-        live = graphs["ally"].alive.view(n, -1).cpu() & counted.unsqueeze(1)
-        one_hot = F.one_hot(action_groups(actions, self.spec), len(ACTION_GROUPS))
-        self.counts += (one_hot * live.unsqueeze(-1)).sum(1)
+    def __call__(self, graphs: Batch, actions: Tensor, counted: Tensor, restarted: Tensor) -> None:
+        self.counts[restarted.cpu()] = 0
+        live, groups = live_action_groups(graphs, actions, counted, self.spec)
+        self.counts += (F.one_hot(groups, len(ACTION_GROUPS)) * live.unsqueeze(-1)).sum(1)
 
 
 @dataclass
@@ -314,7 +324,9 @@ class BattleEval(EvalResult):
         """The means over battles ``[E]``: their returns, lengths, whether each ended by
         a side's death (``terminated``; otherwise the time limit cut it) and the task's
         last ``info`` (``won``, ``allies_alive``, ``enemies_alive``); ``actions``
-        ``[E, 3]``: the live agents' actions per battle by group (:class:`ActionTally`)."""
+        ``[E, 3]``: the live agents' actions per battle by group (:class:`ActionTally`),
+        whose shares are over all the battles' agent-steps together (a longer battle
+        weighs more)."""
         allies, enemies = info["allies_alive"].float(), info["enemies_alive"].float()
         shares = {}
         if actions is not None:
