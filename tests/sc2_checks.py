@@ -359,6 +359,26 @@ def test_a_restarted_game_is_dropped():
     assert tr.dropped.tolist() == [False] and tr.reward.tolist() == [5.0]
 
 
+def test_evaluate_counts_the_live_agents_actions():
+    """Agent 0 moves north, agent 1 attacks the first live enemy; dead agents (no-op) and
+    the second game's battle of round 2 (3 battles on 2 games) are not counted."""
+    def move_or_attack(graphs):
+        avail = graphs["action"].available.view(-1, 8)  # 2 agents a game, 8 slots
+        attack = 6 + avail[:, 6:].float().argmax(1)
+        acts = torch.where(avail[:, 6:].any(1), attack, torch.ones_like(attack))
+        acts[0::2] = 2  # agent 0: north (slot 2)
+        return torch.where(avail[:, 0], torch.zeros_like(acts), acts)  # dead: no-op
+
+    games = Games([WIN, LOSS, LIMIT])
+    task = SC2Task("2m", 1, 0, make_env=games, eval_envs=2)
+    result = task.evaluate(move_or_attack, episodes=3, seed=5)
+    # round 1, two won battles: 2 steps x (a move, an attack); round 2, the limit battle:
+    # 2 steps x (a move, an attack), then agent 0 is dead and agent 1 attacks
+    assert result.mean_steps == pytest.approx(7 / 3)
+    assert (result.move_share, result.stop_share, result.attack_share) == \
+        pytest.approx((6 / 13, 0.0, 7 / 13))
+
+
 def test_evaluate_plays_rounds_on_games_of_its_own():
     games = Games([WIN, LOSS, LIMIT])
     task = SC2Task("2m", 1, 0, make_env=games, eval_envs=2)
