@@ -54,7 +54,7 @@ def run_counts(run: str, episodes: int, seed: int) -> dict:
     try:
         if not isinstance(task, SMAXTask):
             raise SystemExit(f"{run}: a SMAX run is needed (env.name={cfg.env.name})")
-        test = SMAXTask(task.battle, episodes, seed, task.time_limit, task.reward_scale)
+        test = task.test_task(episodes, seed)
         per_env = torch.zeros(episodes, len(SITUATIONS), len(ACTION_GROUPS), dtype=torch.long)
 
         def on_step(graphs, actions, counted, restarted):

@@ -227,8 +227,7 @@ def test_test_battles_count_the_live_agents_actions_by_group():
     # the battle lengths: replay the same evaluation's steps (same seed, same policy)
     played = list(seen)
     seen.clear()
-    ep = first_episodes(SMAXTask("3m", 3, 1, task.time_limit, task.reward_scale), act,
-                        task.time_limit)
+    ep = first_episodes(task.test_task(3, 1), act, task.time_limit)
     assert len(seen) == len(played)
     for t, (alive, a) in enumerate(played, start=1):
         for e in range(3):

@@ -332,10 +332,14 @@ class SMAXTask(VecTask):
     def graphs(self, obs: Dict[str, Tensor]) -> Batch:
         return battle_graphs(obs["units"], obs["avail"], self.spec)
 
+    def test_task(self, episodes: int, seed: int) -> "SMAXTask":
+        """The battles :meth:`evaluate` plays: one per environment, from ``seed``."""
+        return SMAXTask(self.battle, episodes, seed, self.time_limit, self.reward_scale)
+
     def evaluate(self, act: Policy, episodes: int = 32, seed: int = 0) -> BattleEval:
         """Play ``episodes`` battles with ``act`` (same ``seed``, same starts and enemy
         randomness) and report their outcomes."""
-        test = SMAXTask(self.battle, episodes, seed, self.time_limit, self.reward_scale)
+        test = self.test_task(episodes, seed)
         tally = ActionTally(self.spec, episodes)
         ep = first_episodes(test, act, self.time_limit, tally)
         return BattleEval.of(ep.returns, ep.length, ep.terminated, ep.info, tally.counts)
