@@ -300,7 +300,7 @@ class GRFConfig:
     """Engine processes the games are split over (the engines step in parallel); at most
     one per game is started."""
     time_limit: int = 150
-    """Steps before an episode is cut (paper, CDS and official code: 150)."""
+    """Steps before an episode is cut (CDS and the official code: 150; the paper states none)."""
     time_limit_terminal: bool = True
     """The cut ends the episode, no bootstrap (the official code's and CDS's); false: it
     is truncated and the learner bootstraps from the last state."""
