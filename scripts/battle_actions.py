@@ -7,7 +7,10 @@ attack is available) and whether its weapon is ready (cooldown 0) or cooling dow
 prints, per run, the battles' win rate and a row per situation: how often it came up (the
 agent-steps) and the shares of moves, stops and attacks. A policy that shoots and steps
 back (kiting) attacks when its weapon is ready and moves while it cools down; one that
-stands and fights attacks in both.
+stands and fights attacks in both. It also prints how the attacks of a step spread over
+the enemies: of the attacks in steps where two or more live agents attack, the share on
+that step's most attacked enemy (1 when they all shoot one enemy; SMAX's heuristic enemy
+shoots the nearest agent in range and stays on it).
 """
 from __future__ import annotations
 
@@ -42,6 +45,21 @@ def situation_counts(graphs: Batch, actions: Tensor, counted: Tensor, spec: Batt
     return one_hot.sum(1).view(n, len(SITUATIONS), len(ACTION_GROUPS))
 
 
+def focus_counts(actions: Tensor, live: Tensor, groups: Tensor, spec: BattleSpec) -> Tensor:
+    """``[num_envs, 2]``: per environment, the live agents' attacks in a step where two or
+    more of them attack, and of those the attacks on the step's most attacked enemy, for
+    ``actions`` ``[num_envs, n_agents]`` and ``live``, ``groups`` of
+    :func:`acegnn.envs.smac.units.live_action_groups` (a medivac's heal is in the attack
+    group, its target slot the healed ally's)."""
+    attacking = live & (groups == ACTION_GROUPS.index("attack"))
+    target = (actions.cpu() - spec.actions.first_target).clamp(min=0)
+    slots = spec.slots - spec.actions.first_target
+    per_target = (F.one_hot(target, slots) * attacking.unsqueeze(-1)).sum(1)
+    attacks = attacking.sum(1)
+    several = attacks >= 2
+    return torch.stack([attacks * several, per_target.amax(1) * several], 1)
+
+
 def run_counts(run: str, episodes: int, seed: int) -> dict:
     """A run's checkpoint in ``episodes`` greedy SMAX test battles: its win rate and
     :func:`situation_counts` summed over them."""
@@ -56,16 +74,21 @@ def run_counts(run: str, episodes: int, seed: int) -> dict:
             raise SystemExit(f"{run}: a SMAX run is needed (env.name={cfg.env.name})")
         test = task.test_task(episodes, seed)
         per_env = torch.zeros(episodes, len(SITUATIONS), len(ACTION_GROUPS), dtype=torch.long)
+        focus = torch.zeros(episodes, 2, dtype=torch.long)
 
         def on_step(graphs, actions, counted, restarted):
             per_env[restarted] = 0
+            focus[restarted] = 0
             per_env.add_(situation_counts(graphs, actions, counted, task.spec))
+            live, groups = live_action_groups(graphs, actions, counted, task.spec)
+            focus.add_(focus_counts(actions, live, groups, task.spec))
 
         ep = first_episodes(test, greedy(learner, seed), task.time_limit, on_step)
     finally:
         task.close()
     return {"run": run, "episodes": episodes, "seed": seed,
-            "win_rate": float(ep.info["won"].float().mean()), "counts": per_env.sum(0).tolist()}
+            "win_rate": float(ep.info["won"].float().mean()), "counts": per_env.sum(0).tolist(),
+            "focus": focus.sum(0).tolist()}
 
 
 def main(argv: List[str] = None) -> int:
@@ -83,6 +106,9 @@ def main(argv: List[str] = None) -> int:
             n = sum(row)
             shares = "".join(f"{c / n:>8.2f}" if n else f"{'-':>8}" for c in row)
             print(f"  {name:<32}{n:>12}{shares}")
+        shared, on_one = r["focus"]
+        print(f"  attacks in steps with two or more attackers: {shared}; on the step's most "
+              f"attacked enemy: " + (f"{on_one / shared:.2f}" if shared else "-"))
     if args.json:
         with open(args.json, "w") as f:
             json.dump(out, f, indent=1)

@@ -475,6 +475,22 @@ def test_battle_actions_by_situation_by_hand(monkeypatch):
     assert first.tolist() == [both[0].tolist(), [[0] * 3] * 3]
 
 
+def test_battle_actions_focus_by_hand(monkeypatch):
+    import torch
+
+    monkeypatch.syspath_prepend(os.path.join(ROOT, "scripts"))
+    from battle_actions import focus_counts
+
+    _, spec = marines_3_vs_2()  # attack slots 5 (enemy 0) and 6 (enemy 1)
+    # four battles of three agents: two on enemy 1 and one on enemy 0; all three on enemy
+    # 0; one attack (not counted: fewer than two); two on enemy 0, the third dead
+    actions = torch.tensor([[6, 5, 6], [5, 5, 5], [0, 6, 4], [5, 5, 5]])
+    live = torch.tensor([[True] * 3, [True] * 3, [True] * 3, [True, True, False]])
+    groups = torch.tensor([[2, 2, 2], [2, 2, 2], [0, 2, 1], [2, 2, 2]])
+    got = focus_counts(actions, live, groups, spec)
+    assert got.tolist() == [[3, 2], [3, 3], [0, 0], [2, 2]]
+
+
 def test_move_value_fit_targets_by_hand(monkeypatch):
     import torch
 
