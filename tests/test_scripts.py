@@ -491,6 +491,32 @@ def test_battle_actions_focus_by_hand(monkeypatch):
     assert got.tolist() == [[3, 2], [3, 3], [0, 0], [2, 2]]
 
 
+def test_value_on_states_returns_to_go_by_hand(monkeypatch):
+    import torch
+
+    monkeypatch.syspath_prepend(os.path.join(ROOT, "scripts"))
+    from value_on_states import decision_values, returns_to_go
+
+    # two environments, four steps; the first ends after step 2 (its step 3 is past the
+    # end), the second plays all four
+    rewards = torch.tensor([[1.0, 0.0], [2.0, 1.0], [4.0, 0.0], [8.0, 2.0]])
+    counted = torch.tensor([[True, True], [True, True], [True, True], [False, True]])
+    got = returns_to_go(rewards, counted, 0.5)
+    assert torch.allclose(got, torch.tensor([[1 + 1 + 1.0, 0 + 0.5 + 0 + 0.25],
+                                             [2 + 2.0, 1 + 0 + 0.5],
+                                             [4.0, 0 + 1.0],
+                                             [0.0, 2.0]]))
+
+    class Rollout:  # two graphs of three agents: the last agents are 1 and 5
+        next_agent = torch.tensor([2, -1, 1, 5, 3, -1])
+        chosen_value = torch.tensor([0.1, 0.2, 0.3, 0.4, 0.5, 0.6])
+
+    assert decision_values(Rollout, 2).tolist() == pytest.approx([0.2, 0.6])
+    Rollout.next_agent = torch.tensor([-1, -1, 1, 5, 3, -1])
+    with pytest.raises(ValueError, match="exactly one last agent"):
+        decision_values(Rollout, 2)
+
+
 def test_move_value_fit_targets_by_hand(monkeypatch):
     import torch
 
