@@ -10,6 +10,7 @@ import os
 import sys
 from typing import Any, Dict, Optional, Sequence
 
+import torch
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
@@ -17,6 +18,7 @@ from acegnn.algos import LEARNERS
 from acegnn.algos.on_policy import OnPolicyTrainer
 from acegnn.algos.trainer import Trainer
 from acegnn.config import ExperimentConfig, check_resumable, from_dict, to_dict, to_yaml
+from acegnn.envs.base import VecTask
 
 #: ``learner.loop`` -> the loop that trains it.
 LOOPS = {"off_policy": Trainer, "on_policy": OnPolicyTrainer}
@@ -90,6 +92,29 @@ def restore(path: str, env_overrides: Sequence[str] = ()):
     return cfg, {**state, "path": path}, task, learner
 
 
+def load_teacher(path: str, task: VecTask):
+    """The learner of the run or checkpoint ``path`` (``train.teacher``), checked to act
+    on ``task``'s graphs: the same graph schema and agents, and one decision made on the
+    task's current states (a baseline's networks are sized for their own task)."""
+    try:
+        cfg, _, own_task, teacher = restore(path)
+    except (FileNotFoundError, ValueError) as e:
+        raise ValueError(f"train.teacher={path}: {e}") from None
+    try:
+        if own_task.schema != task.schema or own_task.n_agents != task.n_agents:
+            raise ValueError(f"train.teacher={path}: its task ({cfg.env.name}, "
+                             f"{own_task.n_agents} agents) has other graphs than this one "
+                             f"({task.n_agents} agents)")
+    finally:
+        own_task.close()
+    try:
+        teacher.act(task.graphs(task.observe()), 0.0, torch.Generator().manual_seed(0))
+    except (RuntimeError, ValueError, IndexError) as e:
+        raise ValueError(f"train.teacher={path}: its {cfg.algo.name} policy cannot act on "
+                         f"this task: {e}") from None
+    return teacher
+
+
 def evaluate_checkpoint(path: str, episodes: int = 32, seed: int = 2024,
                         env_overrides: Sequence[str] = ()) -> Dict[str, Any]:
     """Evaluate the greedy policy of a checkpoint as ``acegnn eval`` does.
@@ -159,6 +184,8 @@ def train(cfg: ExperimentConfig, run_dir: str, resume: Optional[str] = None,
             hooks.append(TensorBoardEpisode(cfg))
         trainer = loop_of(learner)(task, learner, cfg.train, cfg.seed, run_dir, to_dict(cfg),
                                    hooks)
+        if cfg.train.teacher:
+            trainer.set_teacher(load_teacher(cfg.train.teacher, task))
         print(f"run directory: {run_dir}", file=sys.stderr)
         if state is not None:
             trainer.load_state_dict(state, resume)
@@ -169,5 +196,5 @@ def train(cfg: ExperimentConfig, run_dir: str, resume: Optional[str] = None,
         task.close()
 
 
-__all__ = ["LOOPS", "evaluate_checkpoint", "loop_of", "make_learner", "make_task", "restore",
-           "train"]
+__all__ = ["LOOPS", "evaluate_checkpoint", "load_teacher", "loop_of", "make_learner",
+           "make_task", "restore", "train"]

@@ -582,3 +582,96 @@ def test_a_failed_update_stops_the_round_collected_ahead(tmp_path, monkeypatch):
     heads = [m for m in loop._actor.net.modules() if isinstance(m, ValueHead)]
     assert heads and not any(m.compiled for m in heads)
     assert all(m.compiled for m in learner.net.modules() if isinstance(m, ValueHead))
+
+
+def test_a_teacher_collects_its_share_of_the_rounds(tmp_path, monkeypatch):
+    """With train.teacher the teacher's policy explores in its rounds (every second one
+    at share 0.5) and the learner in the others; evaluations are the learner's, and the
+    teacher is not trained."""
+    from acegnn.algos.trainer import Trainer
+    from acegnn.run import make_learner, make_task
+
+    cfg = load_config(CONFIG, TINY + ["train.teacher_share=0.5"])
+    task = make_task(cfg)
+    learner = make_learner(cfg, task)
+    torch.manual_seed(7)
+    teacher = make_learner(cfg, task)
+    before = {k: v.clone() for k, v in teacher.net.state_dict().items()}
+    loop = Trainer(task, learner, cfg.train, cfg.seed, str(tmp_path))
+    loop.set_teacher(teacher)
+    acts = []  # (who, the round being collected, epsilon)
+    act = type(learner).act
+
+    def recording_act(self, graphs, epsilon=0.0, generator=None):
+        acts.append(("teacher" if self is teacher else "learner", loop.rounds, epsilon))
+        return act(self, graphs, epsilon, generator)
+
+    monkeypatch.setattr(type(learner), "act", recording_act)
+    loop.train()
+    rounds = loop.rounds
+    assert rounds == 6  # 1536 samples, 256 a round
+    explored = {(who, k) for who, k, eps in acts if eps > 0}
+    assert explored == {("teacher" if k % 2 else "learner", k) for k in range(rounds)}
+    assert {who for who, _, eps in acts if eps == 0} == {"learner"}  # the evaluations
+    assert all(torch.equal(v, before[k]) for k, v in teacher.net.state_dict().items())
+    assert [row["teacher"] for row in read_csv(tmp_path / "train.csv")] == ["0.0", "1.0"] * 3
+    assert loop.samples == 256 * rounds and len(loop.buffer) == loop.samples
+
+
+@pytest.mark.parametrize("share, rounds", [(1 / 3, [2, 5, 8]), (1.0, list(range(9))),
+                                           (0.0, []), (0.75, [1, 2, 3, 5, 6, 7])])
+def test_the_teacher_rounds_are_spread_evenly(tmp_path, share, rounds):
+    from acegnn.algos.trainer import Trainer
+    from acegnn.run import make_learner, make_task
+
+    cfg = load_config(CONFIG, TINY + [f"train.teacher_share={share}"])
+    task = make_task(cfg)
+    loop = Trainer(task, make_learner(cfg, task), cfg.train, cfg.seed, str(tmp_path))
+    assert not any(loop.teacher_round(k) for k in range(9))  # no teacher, no teacher rounds
+    loop.set_teacher(object())
+    assert [k for k in range(9) if loop.teacher_round(k)] == rounds
+
+
+def test_a_run_with_a_teacher_from_the_command_line_and_bad_teachers(tmp_path, capsys):
+    assert train(tmp_path, "teacher") == 0
+    teacher = str(tmp_path / "teacher")
+    assert train(tmp_path, "student", f"train.teacher={teacher}") == 0
+    assert [r["teacher"] for r in read_csv(tmp_path / "student" / "train.csv")] == ["0.0", "1.0"] * 3
+    # a halted run resumes exactly, the teacher's rounds included
+    assert train(tmp_path, "cut", f"train.teacher={teacher}", "train.halt_after=768") == 3
+    assert main(["train", "--resume", str(tmp_path / "cut")]) == 0
+    assert_same_run(tmp_path / "student", tmp_path / "cut")
+    capsys.readouterr()
+    assert train(tmp_path, "nowhere", f"train.teacher={tmp_path / 'missing'}") == 2
+    assert f"train.teacher={tmp_path / 'missing'}" in capsys.readouterr().err
+    # other node features: other graphs
+    assert train(tmp_path, "onehot", "env.features=onehot", f"train.teacher={teacher}") == 2
+    assert "has other graphs than this one" in capsys.readouterr().err
+    assert train(tmp_path, "ahead", f"train.teacher={teacher}", "train.overlap=true") == 2
+    assert "train.teacher: rounds collected ahead" in capsys.readouterr().err
+    ppo = os.path.join(os.path.dirname(__file__), "..", "configs", "spiders_fly_5x5_ppo.yaml")
+    assert main(["train", ppo, f"train.teacher={teacher}", "train.progress=false",
+                 f"run.dir={tmp_path}", "run.name=p"]) == 2
+    assert "train.teacher is not read by the on-policy loop" in capsys.readouterr().err
+    with pytest.raises(ValueError, match=r"train.teacher_share must be in \[0, 1\]"):
+        load_config(CONFIG, ["train.teacher_share=1.5"])
+
+
+def test_a_teacher_that_cannot_act_on_the_task_is_refused(tmp_path, monkeypatch):
+    """A network sized for another task (a baseline's) fails its trial decision."""
+    import acegnn.run as run
+    from acegnn.run import make_learner, make_task
+
+    cfg = load_config(CONFIG, TINY)
+    task = make_task(cfg)
+    teacher = make_learner(cfg, task)
+
+    def act(graphs, epsilon=0.0, generator=None):
+        raise RuntimeError("mat1 and mat2 shapes cannot be multiplied (8x40 and 56x16)")
+
+    teacher.act = act
+    own = make_task(cfg)
+    monkeypatch.setattr(run, "restore", lambda path: (cfg, {}, own, teacher))
+    with pytest.raises(ValueError, match=r"train.teacher=RUN: its ace_dqn policy cannot act on "
+                                         r"this task: mat1 and mat2 shapes"):
+        run.load_teacher("RUN", task)

@@ -27,7 +27,7 @@ from acegnn.envs.base import EvalResult, VecTask
 
 #: ``train`` keys only the off-policy loop reads.
 OFF_POLICY_KEYS = ("buffer_size", "learning_starts", "eps_start", "eps_end", "eps_decay",
-                   "overlap")
+                   "overlap", "teacher", "teacher_share")
 
 
 class Trajectories(NamedTuple):

@@ -19,6 +19,7 @@ from __future__ import annotations
 import abc
 import copy
 import inspect
+import math
 import os
 import sys
 import threading
@@ -120,6 +121,16 @@ class TrainConfig:
     so engines and learner work at the same time; the collecting policy is one round
     older than without. Updates per collected episode are unchanged; the round collected
     during the last updates is not learned from. A change of what is learned."""
+    teacher: Optional[str] = None
+    """A run directory or checkpoint whose policy collects a share of the rounds
+    (``train.teacher_share``) into the replay, epsilon-greedy at the run's epsilon: the
+    learner learns from another policy's play beside its own (the off-policy loop; not in
+    the paper: a diagnostic of exploration, docs/battles.md). Its learner must act on this
+    task's graphs; it is loaded when a session starts, so it must stay where it is until
+    the run ends. Evaluations play the learner's policy only."""
+    teacher_share: float = 0.5
+    """With ``train.teacher``: the fraction of the rounds that the teacher collects,
+    spread evenly over them (0.5: every second round, 1: all)."""
 
     def replay_capacity(self, num_envs: int) -> int:
         """Transitions the replay buffer holds: no more than the run can collect, which
@@ -141,6 +152,8 @@ class TrainConfig:
                 raise ValueError(f"train.{key} must be >= 0 (got {getattr(self, key)})")
         if self.max_minutes < 0:
             raise ValueError(f"train.max_minutes must be >= 0 (got {self.max_minutes})")
+        if not 0 <= self.teacher_share <= 1:
+            raise ValueError(f"train.teacher_share must be in [0, 1] (got {self.teacher_share})")
         if not 0 <= self.eps_end <= 1 or not 0 <= self.eps_start <= 1:
             raise ValueError(f"train.eps_start/eps_end must be in [0, 1] "
                              f"(got {self.eps_start}, {self.eps_end})")
@@ -532,6 +545,9 @@ class Trainer(TrainingLoop):
         self.epsilon = cfg.eps_start
         self._actor: Optional[Any] = None  # overlap: the learner's copy that collects ahead
         self._acting = learner  # who acts in _explore
+        self._teacher: Optional[Any] = None  # train.teacher's learner (set_teacher)
+        self._teaching = False  # this round is the teacher's
+        self.rounds = 0  # collection rounds so far (the teacher's share is spread over them)
         self._held: Optional[List[Step]] = None  # steps collected ahead, stored after updates
         self._ahead: Optional[Dict[str, float]] = None  # metrics of the round collected ahead
         self._abandon = threading.Event()  # set: the thread collecting ahead stops at its next step
@@ -561,7 +577,8 @@ class Trainer(TrainingLoop):
         if self._abandon.is_set():
             raise _Abandoned()
         self.epsilon = linear_epsilon(self.samples, cfg.eps_start, cfg.eps_end, cfg.eps_decay)
-        actions = self._acting.act(graphs, self.epsilon, self.collect_gen)
+        actor = self._teacher if self._teaching else self._acting
+        actions = actor.act(graphs, self.epsilon, self.collect_gen)
         if self.window is None:
             return actions
         return actions, {"env": self._envs}  # which rows reach the sink (drops remove some)
@@ -573,8 +590,31 @@ class Trainer(TrainingLoop):
             return stats
         return self._collect_round()
 
+    def set_teacher(self, teacher: Any) -> None:
+        """Let ``teacher`` (a learner with ``act``, acting on this task's graphs) collect
+        ``train.teacher_share`` of the rounds (``train.teacher``)."""
+        if self.cfg.overlap:
+            raise ValueError("train.teacher: rounds collected ahead (train.overlap) are the "
+                             "learner's; set train.overlap=false")
+        self._teacher = teacher
+
+    def teacher_round(self, round_index: int) -> bool:
+        """Whether round ``round_index`` (from 0) is collected by the teacher: those where
+        ``round_index * train.teacher_share`` passes a whole number."""
+        if self._teacher is None:
+            return False
+        share = self.cfg.teacher_share
+        return math.floor((round_index + 1) * share + 1e-9) > math.floor(round_index * share + 1e-9)
+
     def _collect_round(self) -> Dict[str, float]:
-        stats = self._collect_with(self._explore)
+        self._teaching = self.teacher_round(self.rounds)
+        try:
+            stats = self._collect_with(self._explore)
+        finally:
+            teaching, self._teaching = self._teaching, False
+        self.rounds += 1
+        if self._teacher is not None:
+            stats = {**stats, "teacher": float(teaching)}
         return {"epsilon": self.epsilon, **stats}
 
     def learn(self) -> Dict[str, float]:
@@ -682,7 +722,7 @@ class Trainer(TrainingLoop):
     # Checkpoints: the replay buffer and the pending n-step steps -----------------------
     def state_dict(self) -> dict:
         out = {**super().state_dict(), "buffer": self.buffer.state_dict(),
-               "ahead": self._ahead}  # (overlap: the next round is in the buffer already)
+               "rounds": self.rounds, "ahead": self._ahead}  # (overlap: the next round is in the buffer already)
         if self.window is not None:
             out["nstep_window"] = self.window.state_dict()
         return out
@@ -705,6 +745,7 @@ class Trainer(TrainingLoop):
                 f"with the new budget instead") from e
         super().load_state_dict(state, source)
         self._ahead = state.get("ahead")
+        self.rounds = state.get("rounds", 0)  # (checkpoints before train.teacher: 0)
         if self.window is not None:
             if "nstep_window" not in state:
                 raise ValueError(f"{source} holds no pending n-step steps (algo.nstep={self.nstep})")
