@@ -92,21 +92,34 @@ def restore(path: str, env_overrides: Sequence[str] = ()):
     return cfg, {**state, "path": path}, task, learner
 
 
+def graphs_differ(task: VecTask, other: VecTask) -> Optional[str]:
+    """How ``other``'s graphs differ from ``task``'s (agents, or schema: node and edge
+    types and their features), or :obj:`None` if a policy of one acts on the other's."""
+    if other.n_agents != task.n_agents:
+        return f"{other.n_agents} agents, this task {task.n_agents}"
+    if other.schema != task.schema:
+        return "another graph schema (node or edge types, or their features)"
+    return None
+
+
 def load_teacher(path: str, task: VecTask):
-    """The learner of the run or checkpoint ``path`` (``train.teacher``), checked to act
-    on ``task``'s graphs: the same graph schema and agents, and one decision made on the
-    task's current states (a baseline's networks are sized for their own task)."""
+    """The learner of the run or checkpoint ``path`` (``train.teacher``), checked to
+    explore epsilon-greedily (an off-policy learner) on ``task``'s graphs: the same
+    schema and agents, and one decision made on the task's current states (a baseline's
+    networks are sized for their own task)."""
     try:
         cfg, _, own_task, teacher = restore(path)
     except (FileNotFoundError, ValueError) as e:
         raise ValueError(f"train.teacher={path}: {e}") from None
     try:
-        if own_task.schema != task.schema or own_task.n_agents != task.n_agents:
-            raise ValueError(f"train.teacher={path}: its task ({cfg.env.name}, "
-                             f"{own_task.n_agents} agents) has other graphs than this one "
-                             f"({task.n_agents} agents)")
+        differ = graphs_differ(task, own_task)
     finally:
         own_task.close()
+    if differ:
+        raise ValueError(f"train.teacher={path}: its task ({cfg.env.name}) has {differ}")
+    if loop_of(teacher) is not Trainer:
+        raise ValueError(f"train.teacher={path}: {cfg.algo.name} learns on-policy and does "
+                         f"not explore epsilon-greedily; a teacher must be an off-policy learner")
     try:
         teacher.act(task.graphs(task.observe()), 0.0, torch.Generator().manual_seed(0))
     except (RuntimeError, ValueError, IndexError) as e:
@@ -196,5 +209,5 @@ def train(cfg: ExperimentConfig, run_dir: str, resume: Optional[str] = None,
         task.close()
 
 
-__all__ = ["LOOPS", "evaluate_checkpoint", "load_teacher", "loop_of", "make_learner",
-           "make_task", "restore", "train"]
+__all__ = ["LOOPS", "evaluate_checkpoint", "graphs_differ", "load_teacher", "loop_of",
+           "make_learner", "make_task", "restore", "train"]

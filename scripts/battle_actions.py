@@ -23,23 +23,21 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch_geometric.data import Batch
 
-from acegnn.envs.smac.units import ACTION_GROUPS, UNIT_TYPES, BattleSpec, live_action_groups
+from acegnn.envs.smac.units import (ACTION_GROUPS, UNIT_TYPES, BattleSpec, in_range,
+                                    live_action_groups)
 
 COOLDOWN = len(UNIT_TYPES) + 4  # the node features' cooldown column (0: ready)
 SITUATIONS = ("no enemy in range", "enemy in range, weapon ready", "enemy in range, cooling down")
 
 
-def situation_counts(graphs: Batch, actions: Tensor, counted: Tensor, spec: BattleSpec) -> Tensor:
+def situation_counts(graphs: Batch, live: Tensor, groups: Tensor, spec: BattleSpec) -> Tensor:
     """``[num_envs, 3, 3]``: per environment, agent-steps of live agents by situation
     (:data:`SITUATIONS`) and action group (:data:`acegnn.envs.smac.units.ACTION_GROUPS`),
-    for ``actions`` ``[num_envs, n_agents]`` chosen on ``graphs``; ``counted``
-    ``[num_envs]`` the environments whose step counts (``first_episodes``' ``on_step``)."""
-    n, agents = actions.shape
-    live, groups = live_action_groups(graphs, actions, counted, spec)
-    avail = graphs["action"].available.view(n * agents, -1).cpu()
-    in_range = avail[:, spec.actions.first_target:].any(1).view(n, agents)
+    for ``live`` and ``groups`` ``[num_envs, n_agents]`` of
+    :func:`acegnn.envs.smac.units.live_action_groups` on ``graphs``."""
+    n, agents = groups.shape
     cooling = (graphs["ally"].x[:, COOLDOWN].cpu() > 0).view(n, agents)
-    situation = torch.where(in_range, torch.where(cooling, 2, 1), 0)
+    situation = torch.where(in_range(graphs, spec), torch.where(cooling, 2, 1), 0)
     cells = len(SITUATIONS) * len(ACTION_GROUPS)
     one_hot = F.one_hot(situation * len(ACTION_GROUPS) + groups, cells) * live.unsqueeze(-1)
     return one_hot.sum(1).view(n, len(SITUATIONS), len(ACTION_GROUPS))
@@ -49,8 +47,9 @@ def focus_counts(actions: Tensor, live: Tensor, groups: Tensor, spec: BattleSpec
     """``[num_envs, 2]``: per environment, the live agents' attacks in a step where two or
     more of them attack, and of those the attacks on the step's most attacked enemy, for
     ``actions`` ``[num_envs, n_agents]`` and ``live``, ``groups`` of
-    :func:`acegnn.envs.smac.units.live_action_groups` (a medivac's heal is in the attack
-    group, its target slot the healed ally's)."""
+    :func:`acegnn.envs.smac.units.live_action_groups`. A medivac's heal is in the attack
+    group with the healed ally's slot as its target, so on maps with medivacs the figure
+    mixes heals into the attacks."""
     attacking = live & (groups == ACTION_GROUPS.index("attack"))
     target = (actions.cpu() - spec.actions.first_target).clamp(min=0)
     slots = spec.slots - spec.actions.first_target
@@ -79,8 +78,8 @@ def run_counts(run: str, episodes: int, seed: int) -> dict:
         def on_step(graphs, actions, counted, restarted):
             per_env[restarted] = 0
             focus[restarted] = 0
-            per_env.add_(situation_counts(graphs, actions, counted, task.spec))
             live, groups = live_action_groups(graphs, actions, counted, task.spec)
+            per_env.add_(situation_counts(graphs, live, groups, task.spec))
             focus.add_(focus_counts(actions, live, groups, task.spec))
 
         ep = first_episodes(test, greedy(learner, seed), task.time_limit, on_step)

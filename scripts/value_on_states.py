@@ -1,8 +1,8 @@
 """Does an ACE network value the battles another policy plays? Each policy (a SMAX run's
-checkpoint) plays greedy test battles; at every state of them ACE's network gives the
-value of its own greedy decision there (the last agent's SE-state, the value the
-recommended config's target bootstraps from), and the battle gives the discounted return
-from that state on (ACE's gamma, the task's reward scale).
+checkpoint) plays greedy test battles; at every state of them the ACE run's online
+network gives the value of its own greedy decision there (V of the last agent's
+SE-state), and the battle gives the discounted return from that state on (the ACE run's
+gamma; both runs must train with the same reward scale).
 
     python scripts/value_on_states.py --ace ACE_RUN ACE_RUN QMIX_RUN --episodes 64 --seed 2024
 
@@ -49,21 +49,27 @@ def decision_values(rollout, num_envs: int) -> Tensor:
     return rollout.chosen_value.view(num_envs, -1)[last]
 
 
-def play(ace, run: str, episodes: int, seed: int) -> Dict[str, Tensor]:
+def play(ace, ace_task, run: str, episodes: int, seed: int) -> Dict[str, Tensor]:
     """``run``'s greedy policy in ``episodes`` SMAX test battles: per step ``[T, n]`` the
-    value ``ace`` gives the state, the reward, whether the step counts, whether a live
-    agent had an enemy in range, and the step's index in its battle."""
+    value ``ace`` (a learner of ``ace_task``'s graphs) gives the state, the reward,
+    whether the step counts, whether a live agent had a target in reach, and the step's
+    index in its battle."""
     from acegnn.algos.trainer import greedy
     from acegnn.envs.base import first_episodes
     from acegnn.envs.smac.smax import SMAXTask
-    from acegnn.run import restore
+    from acegnn.envs.smac.units import in_range
+    from acegnn.run import graphs_differ, restore
 
     cfg, _, task, player = restore(run)
     try:
         if not isinstance(task, SMAXTask):
             raise SystemExit(f"{run}: a SMAX run is needed (env.name={cfg.env.name})")
+        differ = graphs_differ(ace_task, task)
+        if not differ and task.reward_scale != ace_task.reward_scale:
+            differ = f"reward scale {task.reward_scale}, the ACE run's {ace_task.reward_scale}"
+        if differ:
+            raise SystemExit(f"{run}: its battles are not the ACE run's: {differ}")
         test = task.test_task(episodes, seed)
-        first = task.spec.actions.first_target
         steps: List[Dict[str, Tensor]] = []
         reward: Dict[str, Tensor] = {}
         step = test.step
@@ -77,14 +83,12 @@ def play(ace, run: str, episodes: int, seed: int) -> Dict[str, Tensor]:
             with torch.no_grad():
                 value = decision_values(ace.decide(graphs, torch.Generator().manual_seed(0)),
                                         episodes).cpu()
-            n, agents = actions.shape
-            avail = graphs["action"].available.view(n, agents, -1)[:, :, first:].any(-1)
-            live = graphs["ally"].alive.view(n, agents)
+            live = graphs["ally"].alive.view(actions.shape).cpu()
             if bool(restarted.any()):  # a battle played again: forget its steps
                 for s in steps:
                     s["counted"] = s["counted"] & ~restarted
             steps.append({"value": value, "reward": reward["last"], "counted": counted.cpu(),
-                          "in_range": (avail & live).any(1).cpu()})
+                          "in_range": (in_range(graphs, task.spec) & live).any(1)})
 
         test.step = stepped
         ep = first_episodes(test, greedy(player, seed), task.time_limit, on_step)
@@ -100,7 +104,8 @@ def play(ace, run: str, episodes: int, seed: int) -> Dict[str, Tensor]:
 
 def summary(rec: Dict[str, Tensor], gamma: float) -> Dict[str, dict]:
     """Mean value, mean return-to-go, correlation and count over the counted states: all,
-    with no live agent in range, with one in range, and the first :data:`EARLY_STEPS`."""
+    with no live agent in reach of a target, with one in reach, and the first
+    :data:`EARLY_STEPS`."""
     counted = rec["counted"]
     ret = returns_to_go(rec["reward"] * counted, counted, gamma)
     groups = {"all": counted, "no agent in range": counted & ~rec["in_range"],
@@ -126,14 +131,16 @@ def main(argv: List[str] = None) -> int:
     from acegnn.run import restore
 
     cfg, _, task, ace = restore(args.ace)
-    task.close()
-    if not hasattr(ace, "decide"):
-        raise SystemExit(f"{args.ace}: an ACE-DQN run is needed (algo.name={cfg.algo.name})")
-    gamma = cfg.algo.gamma
-    out = []
-    for run in args.runs:
-        rec = play(ace, run, args.episodes, args.seed)
-        out.append({"run": run, "won": float(rec["won"]), "groups": summary(rec, gamma)})
+    try:
+        if not hasattr(ace, "decide"):
+            raise SystemExit(f"{args.ace}: an ACE-DQN run is needed (algo.name={cfg.algo.name})")
+        gamma = cfg.algo.gamma
+        out = []
+        for run in args.runs:
+            rec = play(ace, task, run, args.episodes, args.seed)
+            out.append({"run": run, "won": float(rec["won"]), "groups": summary(rec, gamma)})
+    finally:
+        task.close()
     print(f"values by {args.ace} (gamma {gamma}); {args.episodes} battles, seed {args.seed}")
     for r in out:
         print(f"{r['run']} plays: won {r['won']:.2f}")

@@ -448,7 +448,7 @@ def test_battle_actions_by_situation_by_hand(monkeypatch):
     monkeypatch.syspath_prepend(os.path.join(ROOT, "scripts"))
     from battle_actions import situation_counts
 
-    from acegnn.envs.smac.units import battle_graphs
+    from acegnn.envs.smac.units import battle_graphs, live_action_groups
 
     marine, spec = marines_3_vs_2()
     # two battles; type, x, y, health, shield, cooldown, alive: allies 0-2, enemies 3-4
@@ -466,12 +466,15 @@ def test_battle_actions_by_situation_by_hand(monkeypatch):
     avail[0, 2, 4] = True  # battle 0: ally 2 is dead (stop only); battle 1: out of range
     graphs = battle_graphs(units, avail, spec)
     actions = torch.tensor([[5, 2, 4], [0, 6, 4]])  # attack/move/stop (dead), move/attack/stop
-    both = situation_counts(graphs, actions, torch.tensor([True, True]), spec)
+    def counts(counted):
+        return situation_counts(graphs, *live_action_groups(graphs, actions, counted, spec), spec)
+
+    both = counts(torch.tensor([True, True]))
     # rows: no enemy in range, in range and ready, in range and cooling; columns: move,
     # stop, attack; battle 0: the dead agent's stop is not counted
     assert both.tolist() == [[[0, 0, 0], [0, 0, 1], [1, 0, 0]],
                              [[0, 1, 0], [1, 0, 0], [0, 0, 1]]]
-    first = situation_counts(graphs, actions, torch.tensor([True, False]), spec)
+    first = counts(torch.tensor([True, False]))
     assert first.tolist() == [both[0].tolist(), [[0] * 3] * 3]
 
 

@@ -584,19 +584,61 @@ def test_a_failed_update_stops_the_round_collected_ahead(tmp_path, monkeypatch):
     assert all(m.compiled for m in learner.net.modules() if isinstance(m, ValueHead))
 
 
-def test_a_teacher_collects_its_share_of_the_rounds(tmp_path, monkeypatch):
-    """With train.teacher the teacher's policy explores in its rounds (every second one
-    at share 0.5) and the learner in the others; evaluations are the learner's, and the
-    teacher is not trained."""
+def test_a_teacher_plays_the_episodes_it_begins(tmp_path):
+    """In the teacher's rounds the episodes that begin are the teacher's; an episode
+    stays with the policy that began it, also into the next round."""
+    from acegnn.algos.trainer import Trainer
+    from acegnn.run import make_learner, make_task
+
+    cfg = load_config(CONFIG, TINY)
+    task = make_task(cfg)
+    loop = Trainer(task, make_learner(cfg, task), cfg.train, cfg.seed, str(tmp_path))
+    calls = []
+
+    class Fixed:  # a policy that plays one action id everywhere
+        def __init__(self, name, action):
+            self.name, self.action = name, action
+
+        def act(self, graphs, epsilon=0.0, generator=None):
+            calls.append(self.name)
+            return torch.full((graphs.num_graphs * task.n_agents,), self.action)
+
+        def state_dict(self):
+            return {"action": self.action}
+
+    loop.set_teacher(Fixed("teacher", 1))
+    loop._acting = Fixed("learner", 2)
+    graphs = task.graphs(task.observe())
+    n = task.num_envs  # 8 environments of 2 spiders
+    loop._teaching = True
+    loop.collector.ep_length = torch.tensor([0, 3, 0, 5, 0, 0, 2, 1])
+    got = loop._act_with_teacher(graphs).view(n, -1)
+    owner = torch.tensor([True, False, True, False, True, True, False, False])
+    assert torch.equal(loop._owner, owner) and calls == ["learner", "teacher"]
+    assert torch.equal(got, torch.where(owner.view(n, 1), 1, 2).expand(n, 2))
+    loop._teaching = False  # a learner's round: env 2's new episode is the learner's
+    loop.collector.ep_length = torch.tensor([4, 4, 0, 6, 1, 1, 3, 2])
+    got = loop._act_with_teacher(graphs).view(n, -1)
+    owner[2] = False
+    assert torch.equal(got, torch.where(owner.view(n, 1), 1, 2).expand(n, 2))
+    calls.clear()
+    loop._owner[:] = True  # the teacher's episodes only: the learner is not asked
+    loop.collector.ep_length = torch.ones(n, dtype=torch.long)
+    loop._act_with_teacher(graphs)
+    assert calls == ["teacher"]
+    assert loop._steps == [4 + 3 + 8, 3 * n]
+
+
+def test_a_teacher_collects_and_is_not_trained(tmp_path, monkeypatch):
     from acegnn.algos.trainer import Trainer
     from acegnn.run import make_learner, make_task
 
     cfg = load_config(CONFIG, TINY + ["train.teacher_share=0.5"])
     task = make_task(cfg)
     learner = make_learner(cfg, task)
-    torch.manual_seed(7)
-    teacher = make_learner(cfg, task)
+    teacher = make_learner(load_config(CONFIG, TINY + ["seed=5"]), task)
     before = {k: v.clone() for k, v in teacher.net.state_dict().items()}
+    assert any(not torch.equal(v, learner.net.state_dict()[k]) for k, v in before.items())
     loop = Trainer(task, learner, cfg.train, cfg.seed, str(tmp_path))
     loop.set_teacher(teacher)
     acts = []  # (who, the round being collected, epsilon)
@@ -608,14 +650,18 @@ def test_a_teacher_collects_its_share_of_the_rounds(tmp_path, monkeypatch):
 
     monkeypatch.setattr(type(learner), "act", recording_act)
     loop.train()
-    rounds = loop.rounds
-    assert rounds == 6  # 1536 samples, 256 a round
-    explored = {(who, k) for who, k, eps in acts if eps > 0}
-    assert explored == {("teacher" if k % 2 else "learner", k) for k in range(rounds)}
+    assert loop.rounds == 6  # 1536 samples, 256 a round
+    teacher_rounds = {k for who, k, eps in acts if who == "teacher" and eps > 0}
+    assert {1, 3, 5} <= teacher_rounds and 0 not in teacher_rounds
+    assert {0, 2, 4} <= {k for who, k, eps in acts if who == "learner" and eps > 0}
     assert {who for who, _, eps in acts if eps == 0} == {"learner"}  # the evaluations
     assert all(torch.equal(v, before[k]) for k, v in teacher.net.state_dict().items())
-    assert [row["teacher"] for row in read_csv(tmp_path / "train.csv")] == ["0.0", "1.0"] * 3
-    assert loop.samples == 256 * rounds and len(loop.buffer) == loop.samples
+    rows = read_csv(tmp_path / "train.csv")
+    assert [r["teacher"] for r in rows] == ["0.0", "1.0"] * 3
+    shares = [float(r["teacher_steps"]) for r in rows]
+    assert shares[0] == 0 and all(x > 0 for x in shares[1::2])
+    assert any(0 < x < 1 for x in shares[2::2])  # teacher's episodes ran on into these rounds
+    assert loop.samples == 256 * 6 and len(loop.buffer) == loop.samples
 
 
 @pytest.mark.parametrize("share, rounds", [(1 / 3, [2, 5, 8]), (1.0, list(range(9))),
@@ -626,27 +672,37 @@ def test_the_teacher_rounds_are_spread_evenly(tmp_path, share, rounds):
 
     cfg = load_config(CONFIG, TINY + [f"train.teacher_share={share}"])
     task = make_task(cfg)
-    loop = Trainer(task, make_learner(cfg, task), cfg.train, cfg.seed, str(tmp_path))
+    learner = make_learner(cfg, task)
+    loop = Trainer(task, learner, cfg.train, cfg.seed, str(tmp_path))
     assert not any(loop.teacher_round(k) for k in range(9))  # no teacher, no teacher rounds
-    loop.set_teacher(object())
+    loop.set_teacher(learner)
     assert [k for k in range(9) if loop.teacher_round(k)] == rounds
 
 
-def test_a_run_with_a_teacher_from_the_command_line_and_bad_teachers(tmp_path, capsys):
+def test_a_run_with_a_teacher_resumes_exactly_and_refuses_bad_teachers(tmp_path, capsys):
     assert train(tmp_path, "teacher") == 0
     teacher = str(tmp_path / "teacher")
-    assert train(tmp_path, "student", f"train.teacher={teacher}") == 0
-    assert [r["teacher"] for r in read_csv(tmp_path / "student" / "train.csv")] == ["0.0", "1.0"] * 3
-    # a halted run resumes exactly, the teacher's rounds included
-    assert train(tmp_path, "cut", f"train.teacher={teacher}", "train.halt_after=768") == 3
+    third = [f"train.teacher={teacher}", "train.teacher_share=0.34"]  # rounds 2 and 5
+    assert train(tmp_path, "student", *third) == 0
+    assert [r["teacher"] for r in read_csv(tmp_path / "student" / "train.csv")] == \
+        ["0.0", "0.0", "1.0"] * 2
+    # halted after 3 rounds, from the checkpoint of round 2: the schedule and the
+    # episodes in progress go on as they were
+    assert train(tmp_path, "cut", *third, "train.halt_after=768") == 3
+    assert torch.load(tmp_path / "cut" / "checkpoint.pt", weights_only=False)["rounds"] == 2
     assert main(["train", "--resume", str(tmp_path / "cut")]) == 0
     assert_same_run(tmp_path / "student", tmp_path / "cut")
+    # a teacher that trained on is not the one the run began with
+    assert train(tmp_path, "cut2", *third, "train.halt_after=768") == 3
+    assert main(["train", "--resume", teacher, "train.total_samples=2048"]) == 0
     capsys.readouterr()
+    assert main(["train", "--resume", str(tmp_path / "cut2")]) == 2
+    assert "is not the teacher this run began with" in capsys.readouterr().err
     assert train(tmp_path, "nowhere", f"train.teacher={tmp_path / 'missing'}") == 2
     assert f"train.teacher={tmp_path / 'missing'}" in capsys.readouterr().err
     # other node features: other graphs
     assert train(tmp_path, "onehot", "env.features=onehot", f"train.teacher={teacher}") == 2
-    assert "has other graphs than this one" in capsys.readouterr().err
+    assert "has another graph schema" in capsys.readouterr().err
     assert train(tmp_path, "ahead", f"train.teacher={teacher}", "train.overlap=true") == 2
     assert "train.teacher: rounds collected ahead" in capsys.readouterr().err
     ppo = os.path.join(os.path.dirname(__file__), "..", "configs", "spiders_fly_5x5_ppo.yaml")
@@ -657,21 +713,26 @@ def test_a_run_with_a_teacher_from_the_command_line_and_bad_teachers(tmp_path, c
         load_config(CONFIG, ["train.teacher_share=1.5"])
 
 
-def test_a_teacher_that_cannot_act_on_the_task_is_refused(tmp_path, monkeypatch):
-    """A network sized for another task (a baseline's) fails its trial decision."""
+@pytest.mark.parametrize("fault", ["act", "on_policy"])
+def test_a_teacher_that_cannot_explore_on_the_task_is_refused(tmp_path, monkeypatch, fault):
+    """A network sized for another task (a baseline's) fails its trial decision; an
+    on-policy learner (ACE-PPO) does not explore epsilon-greedily."""
     import acegnn.run as run
     from acegnn.run import make_learner, make_task
 
     cfg = load_config(CONFIG, TINY)
     task = make_task(cfg)
     teacher = make_learner(cfg, task)
+    if fault == "act":
+        def act(graphs, epsilon=0.0, generator=None):
+            raise RuntimeError("mat1 and mat2 shapes cannot be multiplied (8x40 and 56x16)")
 
-    def act(graphs, epsilon=0.0, generator=None):
-        raise RuntimeError("mat1 and mat2 shapes cannot be multiplied (8x40 and 56x16)")
-
-    teacher.act = act
+        teacher.act = act
+        message = "its ace_dqn policy cannot act on this task: mat1 and mat2 shapes"
+    else:
+        teacher.loop = "on_policy"
+        message = "ace_dqn learns on-policy and does not explore epsilon-greedily"
     own = make_task(cfg)
     monkeypatch.setattr(run, "restore", lambda path: (cfg, {}, own, teacher))
-    with pytest.raises(ValueError, match=r"train.teacher=RUN: its ace_dqn policy cannot act on "
-                                         r"this task: mat1 and mat2 shapes"):
+    with pytest.raises(ValueError, match=f"train.teacher=RUN: {message}"):
         run.load_teacher("RUN", task)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import abc
 import copy
+import hashlib
 import inspect
 import math
 import os
@@ -122,15 +123,15 @@ class TrainConfig:
     older than without. Updates per collected episode are unchanged; the round collected
     during the last updates is not learned from. A change of what is learned."""
     teacher: Optional[str] = None
-    """A run directory or checkpoint whose policy collects a share of the rounds
-    (``train.teacher_share``) into the replay, epsilon-greedy at the run's epsilon: the
-    learner learns from another policy's play beside its own (the off-policy loop; not in
-    the paper: a diagnostic of exploration, docs/battles.md). Its learner must act on this
-    task's graphs; it is loaded when a session starts, so it must stay where it is until
-    the run ends. Evaluations play the learner's policy only."""
+    """A run directory or checkpoint of an off-policy learner whose policy plays a share
+    of the episodes that fill the replay. It acts epsilon-greedily at this run's epsilon,
+    its steps count towards ``train.total_samples`` and the epsilon decay, and
+    evaluations play only the learner's policy. Each session loads it again, so it must
+    not change until the run ends; a resumed run refuses a changed teacher."""
     teacher_share: float = 0.5
-    """With ``train.teacher``: the fraction of the rounds that the teacher collects,
-    spread evenly over them (0.5: every second round, 1: all)."""
+    """With ``train.teacher``: the share of the rounds in which the teacher begins the
+    episodes, spread evenly (0.5: every second round, 1: every round). An episode is
+    played to its end by the policy that began it, also across rounds."""
 
     def replay_capacity(self, num_envs: int) -> int:
         """Transitions the replay buffer holds: no more than the run can collect, which
@@ -183,6 +184,28 @@ class Learner(Protocol):
     def state_dict(self) -> dict: ...
 
     def load_state_dict(self, state: dict) -> None: ...
+
+
+def weights_digest(state: Any) -> str:
+    """SHA-256 of a nested state dict's tensors and values, keys in sorted order: whether
+    two learners hold the same weights (``train.teacher``)."""
+    digest = hashlib.sha256()
+
+    def visit(x: Any, key: str) -> None:
+        if isinstance(x, dict):
+            for k in sorted(x, key=str):
+                visit(x[k], f"{key}/{k}")
+        elif isinstance(x, (list, tuple)):
+            for i, v in enumerate(x):
+                visit(v, f"{key}/{i}")
+        elif isinstance(x, Tensor):
+            digest.update(f"{key}:{x.dtype}:{tuple(x.shape)}".encode())
+            digest.update(x.detach().cpu().reshape(-1).contiguous().view(torch.uint8).numpy())
+        else:
+            digest.update(f"{key}={x!r}".encode())
+
+    visit(state, "")
+    return digest.hexdigest()
 
 
 def linear_epsilon(samples: int, start: float, end: float, decay: int) -> float:
@@ -547,6 +570,9 @@ class Trainer(TrainingLoop):
         self._acting = learner  # who acts in _explore
         self._teacher: Optional[Any] = None  # train.teacher's learner (set_teacher)
         self._teaching = False  # this round is the teacher's
+        self._owner = torch.zeros(task.num_envs, dtype=torch.bool)  # the teacher's episodes
+        self._teacher_digest: Optional[str] = None
+        self._steps = [0, 0]  # the round's env-steps: the teacher's, all
         self.rounds = 0  # collection rounds so far (the teacher's share is spread over them)
         self._held: Optional[List[Step]] = None  # steps collected ahead, stored after updates
         self._ahead: Optional[Dict[str, float]] = None  # metrics of the round collected ahead
@@ -577,8 +603,10 @@ class Trainer(TrainingLoop):
         if self._abandon.is_set():
             raise _Abandoned()
         self.epsilon = linear_epsilon(self.samples, cfg.eps_start, cfg.eps_end, cfg.eps_decay)
-        actor = self._teacher if self._teaching else self._acting
-        actions = actor.act(graphs, self.epsilon, self.collect_gen)
+        if self._teacher is None:
+            actions = self._acting.act(graphs, self.epsilon, self.collect_gen)
+        else:
+            actions = self._act_with_teacher(graphs)
         if self.window is None:
             return actions
         return actions, {"env": self._envs}  # which rows reach the sink (drops remove some)
@@ -591,16 +619,34 @@ class Trainer(TrainingLoop):
         return self._collect_round()
 
     def set_teacher(self, teacher: Any) -> None:
-        """Let ``teacher`` (a learner with ``act``, acting on this task's graphs) collect
-        ``train.teacher_share`` of the rounds (``train.teacher``)."""
+        """Let ``teacher`` (a learner with ``act``, acting on this task's graphs) begin
+        the episodes of ``train.teacher_share`` of the rounds (``train.teacher``)."""
         if self.cfg.overlap:
             raise ValueError("train.teacher: rounds collected ahead (train.overlap) are the "
                              "learner's; set train.overlap=false")
-        self._teacher = teacher
+        self._teacher, self._teacher_digest = teacher, weights_digest(teacher.state_dict())
+
+    def _act_with_teacher(self, graphs: Batch) -> Tensor:
+        """Each environment's actions by the policy that began its episode; an episode
+        that begins now is the teacher's in the teacher's rounds."""
+        starting = self.collector.ep_length == 0
+        self._owner[starting] = self._teaching
+        owner, n = self._owner, self.task.num_envs
+        self._steps[0] += int(owner.sum())
+        self._steps[1] += n
+        if bool(owner.all()):
+            return self._teacher.act(graphs, self.epsilon, self.collect_gen)
+        mine = self._acting.act(graphs, self.epsilon, self.collect_gen)
+        if not bool(owner.any()):
+            return mine
+        theirs = self._teacher.act(graphs, self.epsilon, self.collect_gen).to(mine.device)
+        return torch.where(owner.to(mine.device).view(n, 1), theirs.view(n, -1),
+                           mine.view(n, -1)).view(-1)
 
     def teacher_round(self, round_index: int) -> bool:
-        """Whether round ``round_index`` (from 0) is collected by the teacher: those where
-        ``round_index * train.teacher_share`` passes a whole number."""
+        """Whether the teacher begins the episodes of round ``round_index`` (from 0): the
+        rounds ``k`` with ``floor((k + 1) * share) > floor(k * share)`` (share 0.5:
+        rounds 1, 3, 5, ...)."""
         if self._teacher is None:
             return False
         share = self.cfg.teacher_share
@@ -608,13 +654,15 @@ class Trainer(TrainingLoop):
 
     def _collect_round(self) -> Dict[str, float]:
         self._teaching = self.teacher_round(self.rounds)
+        self._steps = [0, 0]
         try:
             stats = self._collect_with(self._explore)
         finally:
             teaching, self._teaching = self._teaching, False
         self.rounds += 1
-        if self._teacher is not None:
-            stats = {**stats, "teacher": float(teaching)}
+        if self._teacher is not None:  # the round's episodes may have begun in another
+            stats = {**stats, "teacher": float(teaching),
+                     "teacher_steps": self._steps[0] / max(self._steps[1], 1)}
         return {"epsilon": self.epsilon, **stats}
 
     def learn(self) -> Dict[str, float]:
@@ -722,7 +770,10 @@ class Trainer(TrainingLoop):
     # Checkpoints: the replay buffer and the pending n-step steps -----------------------
     def state_dict(self) -> dict:
         out = {**super().state_dict(), "buffer": self.buffer.state_dict(),
-               "rounds": self.rounds, "ahead": self._ahead}  # (overlap: the next round is in the buffer already)
+               "rounds": self.rounds,
+               "ahead": self._ahead}  # (overlap: the next round is in the buffer already)
+        if self._teacher is not None:
+            out.update(teacher_owner=self._owner.clone(), teacher_digest=self._teacher_digest)
         if self.window is not None:
             out["nstep_window"] = self.window.state_dict()
         return out
@@ -746,6 +797,11 @@ class Trainer(TrainingLoop):
         super().load_state_dict(state, source)
         self._ahead = state.get("ahead")
         self.rounds = state.get("rounds", 0)  # (checkpoints before train.teacher: 0)
+        if self._teacher is not None:
+            if state.get("teacher_digest") != self._teacher_digest:
+                raise ValueError(f"{source}: train.teacher={self.cfg.teacher} is not the teacher "
+                                 f"this run began with (its weights changed); start a new run")
+            self._owner = state["teacher_owner"].clone()
         if self.window is not None:
             if "nstep_window" not in state:
                 raise ValueError(f"{source} holds no pending n-step steps (algo.nstep={self.nstep})")

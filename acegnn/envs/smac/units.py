@@ -267,6 +267,14 @@ def action_groups(actions: Tensor, spec: BattleSpec) -> Tensor:
     return torch.where(actions < len(fixed), table[actions.clamp(max=len(fixed) - 1)], 2)
 
 
+def in_range(graphs: Batch, spec: BattleSpec) -> Tensor:
+    """``[num_envs, n_agents]``: whether each agent has a target within reach (one of its
+    target slots available: an enemy in attack range, or an ally a medivac can heal)."""
+    n = graphs.num_graphs
+    avail = graphs["action"].available.view(n, spec.n_allies, -1)
+    return avail[:, :, spec.actions.first_target:].any(-1).cpu()
+
+
 def live_action_groups(graphs: Batch, actions: Tensor, counted: Tensor,
                        spec: BattleSpec) -> Tuple[Tensor, Tensor]:
     """``(live, groups)``, both ``[num_envs, n_agents]``, of ``actions`` chosen on
