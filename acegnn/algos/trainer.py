@@ -653,14 +653,14 @@ class Trainer(TrainingLoop):
         return math.floor((round_index + 1) * share + 1e-9) > math.floor(round_index * share + 1e-9)
 
     def _collect_round(self) -> Dict[str, float]:
-        self._teaching = self.teacher_round(self.rounds)
+        teaching = self._teaching = self.teacher_round(self.rounds)
         self._steps = [0, 0]
         try:
             stats = self._collect_with(self._explore)
         finally:
-            teaching, self._teaching = self._teaching, False
+            self._teaching = False
         self.rounds += 1
-        if self._teacher is not None:  # the round's episodes may have begun in another
+        if self._teacher is not None:  # (some of its episodes began in the round before)
             stats = {**stats, "teacher": float(teaching),
                      "teacher_steps": self._steps[0] / max(self._steps[1], 1)}
         return {"epsilon": self.epsilon, **stats}
