@@ -476,6 +476,61 @@ def test_zero_aux_weight_changes_nothing():
         assert torch.equal(with_aux.net.state_dict()[name], p)
 
 
+@pytest.mark.parametrize("norm, balance", [(True, False), (False, True), (True, True)])
+def test_aux_loss_label_norm_and_class_balance_by_hand(norm, balance):
+    """The official code's options: labels divided per state, node type and feature by
+    their largest magnitude over the units; squared errors averaged apart over the zero
+    and non-zero labels of each feature, then the two means. By hand over graphs of
+    different sizes, with zero labels (an unchanged column, an unchanged unit)."""
+    from acegnn.envs.synthetic import random_state, smac_like_schema
+    from acegnn.graph import collate
+
+    schema = smac_like_schema()
+    g = torch.Generator().manual_seed(3)
+    before = [random_state(schema, 3, 2, g), random_state(schema, 2, 4, g)]
+    after = [random_state(schema, 3, 2, g), random_state(schema, 2, 4, g)]
+    for d0, d1 in zip(before, after):
+        d1["ally"].x[:, 1] = d0["ally"].x[:, 1]  # a feature that does not change
+        d1["enemy"].x[0] = d0["enemy"].x[0]  # a unit that does not change
+    s, s2 = collate(before), collate(after)
+    torch.manual_seed(0)
+    lrn = ACEDQN(schema, ACEDQNConfig(aux_weight=1.0, aux_label_norm=norm,
+                                      aux_class_balance=balance), ModelConfig(hidden=8))
+    td = lrn.td_targets(s, torch.zeros(5, dtype=torch.long), torch.tensor([1.0, 2.0]),
+                        torch.tensor([False, False]), s2)
+    pred = lrn.net.aux_head(td.online.final_units, td.online.encoded.index)
+    pos, neg, squared, count = [], [], 0.0, 0
+    for t in ("ally", "enemy"):
+        p = pred[t].detach().tolist()
+        units = [(b, j) for b, d in enumerate(before) for j in range(d[t].x.size(0))]
+        label = [[float(after[b][t].x[j, f] - before[b][t].x[j, f])
+                  for f in range(schema.node_types[t])] for b, j in units]
+        if norm:
+            for f in range(schema.node_types[t]):
+                for b in range(2):
+                    rows = [r for r, (bb, _) in enumerate(units) if bb == b]
+                    top = max(abs(label[r][f]) for r in rows)
+                    for r in rows:
+                        label[r][f] /= top + 1e-9
+        for f in range(schema.node_types[t]):
+            err = [(p[r][f] - label[r][f]) ** 2 for r in range(len(units))]
+            nz = [e for e, y in zip(err, label) if abs(y[f]) >= 1e-5]
+            z = [e for e, y in zip(err, label) if abs(y[f]) < 1e-5]
+            pos.append(sum(nz) / max(len(nz), 1))
+            neg.append(sum(z) / max(len(z), 1))
+            squared += sum(err)
+            count += len(err)
+    if balance:
+        by_hand = (sum(pos) / len(pos) + sum(neg) / len(neg)) / 2
+    else:
+        by_hand = squared / count
+    assert abs(lrn.aux_loss(td.online, s, s2).item() - by_hand) < 1e-6
+    plain = lrn.cfg.__class__(aux_weight=1.0)
+    lrn.cfg, options = plain, lrn.cfg
+    assert abs(lrn.aux_loss(td.online, s, s2).item() - by_hand) > 1e-3  # the options matter
+    lrn.cfg = options
+
+
 def test_aux_loss_needs_the_same_units_in_both_states():
     from acegnn.envs.synthetic import random_state, smac_like_schema
     from acegnn.graph import collate

@@ -48,6 +48,7 @@ import torch
 from torch import Tensor, nn
 from torch.profiler import record_function
 from torch_geometric.data import Batch
+from torch_geometric.utils import scatter
 
 from acegnn.algos.base import QLearner, QLearningConfig, check_order
 from acegnn.graph.index import UnitIndex, unit_index
@@ -78,6 +79,12 @@ class ACEDQNConfig(QLearningConfig):
     aux_weight: float = 0.0
     """Weight of the official code's auxiliary loss, predicting every unit's feature change
     from the final SE-state (0: off, and no prediction head is built)."""
+    aux_label_norm: bool = False
+    """Divide each auxiliary label by the largest magnitude of its feature's labels among
+    the units of its node type in its state (the official code's ``aux_label_norm``)."""
+    aux_class_balance: bool = False
+    """Average the auxiliary squared errors apart over the zero and the non-zero labels of
+    each feature, then the two means (the official code's ``aux_class_balance``)."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -276,6 +283,14 @@ class ACEDQN(QLearner):
 
         over every unit ``j``, alive or not, of every node type ``t``.
 
+        With ``aux_label_norm`` each label :math:`y_{jf} = x'_{jf} - x_{jf}` becomes
+        :math:`y_{jf} / (\max_{k} |y_{kf}| + 10^{-9})`, the maximum over the units
+        :math:`k` of :math:`j`'s node type in :math:`j`'s state. With ``aux_class_balance``
+        the loss is :math:`\tfrac12 (\bar P + \bar N)`: :math:`P_f` the mean squared
+        error of feature :math:`f` over its labels with :math:`|y| \ge 10^{-5}` (0 where
+        there are none), :math:`N_f` over the others, each averaged over the features of
+        every node type.
+
         Raises:
             ValueError: ``graphs`` and ``next_graphs`` do not hold the same units in the
                 same places.
@@ -288,12 +303,25 @@ class ACEDQN(QLearner):
             raise ValueError(f"algo.aux_weight needs s and s' with the same units per graph "
                              f"(got {idx.num_units} and {nidx.num_units} units, or another layout)")
         pred = self.net.aux_head(online.final_units, idx)
-        squared, count = online.final_units.new_zeros(()), 0
+        errors, labels = [], []
         for t, p in pred.items():
             label = (next_graphs[t].x - graphs[t].x).to(p.dtype)  # [N_t, F_t]
-            squared = squared + (p - label).pow(2).sum()
-            count += label.numel()
-        return squared / max(count, 1)
+            if self.cfg.aux_label_norm:
+                batch = graphs[t].batch
+                largest = scatter(label.abs(), batch, dim=0, dim_size=graphs.num_graphs,
+                                  reduce="max")  # [num_graphs, F_t]
+                label = label / (largest.index_select(0, batch) + 1e-9)
+            errors.append((p - label).pow(2))
+            labels.append(label)
+        if not self.cfg.aux_class_balance:
+            count = sum(e.numel() for e in errors)
+            return sum(e.sum() for e in errors) / max(count, 1)
+        positive = [(y.abs() >= 1e-5).to(e.dtype) for y, e in zip(labels, errors)]
+        pos = torch.cat([(e * m).sum(0) / m.sum(0).clamp(min=1.0)
+                         for e, m in zip(errors, positive)])  # [sum_t F_t]
+        neg = torch.cat([(e * (1 - m)).sum(0) / (1 - m).sum(0).clamp(min=1.0)
+                         for e, m in zip(errors, positive)])
+        return (pos.mean() + neg.mean()) / 2
 
     def loss(self, graphs: Batch, actions: Tensor, reward: Tensor, terminated: Tensor,
              next_graphs: Batch, generator: Optional[torch.Generator] = None, *,
