@@ -662,6 +662,21 @@ def test_a_tiny_training_run_through_the_command_line(tmp_path, config):
     assert header == "samples,win_rate,mean_return,mean_steps"
     train = (tmp_path / "r" / "train.csv").read_text().splitlines()[0]
     assert "env_steps_per_s" in train
+    if config == "grf_3_vs_1_with_keeper.yaml":  # how the checkpoint plays, as eval plays it
+        import sys
+
+        from acegnn.run import evaluate_checkpoint
+
+        sys.path.insert(0, os.path.join(ROOT, "scripts"))
+        try:
+            from football_play import run_counts
+        finally:
+            sys.path.pop(0)
+        play = run_counts(str(tmp_path / "r"), 3, 5)
+        ev = evaluate_checkpoint(str(tmp_path / "r"), 3, 5)["evaluation"]
+        assert sum(play["ends"].values()) == 3
+        assert (play["win_rate"], play["mean_steps"]) == pytest.approx((ev.win_rate, ev.mean_steps))
+        assert sum(play["owner_actions"].values()) == play["owned_steps"] <= play["steps"]
 
 
 @pytest.mark.parametrize("backend,engines", [("process", "processes"), ("ray", "Ray actors")])

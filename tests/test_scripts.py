@@ -494,6 +494,36 @@ def test_battle_actions_focus_by_hand(monkeypatch):
     assert got.tolist() == [[3, 2], [3, 3], [0, 0], [2, 2]]
 
 
+def test_football_play_counts_the_ball_owners_action_by_hand(monkeypatch):
+    import torch
+
+    monkeypatch.syspath_prepend(os.path.join(ROOT, "scripts"))
+    from football_play import GROUPS, owner_counts
+
+    from acegnn.envs.grf.engine import A
+    from acegnn.envs.grf.task import grf_graphs
+
+    # three games of 3 agents, 1 opponent and the ball (x, y, z, dx, dy, dz, possession):
+    # agent 1 owns the ball at x 0.7; agent 2 at x 0.4; nobody (the ball in flight)
+    units = torch.zeros(3, 5, 7)
+    units[:, :3, 0] = torch.tensor([0.2, 0.7, 0.4])
+    units[0, 1, 6], units[1, 2, 6] = 1.0, 1.0
+    units[0, 4, 6], units[1, 4, 6], units[2, 4, 6] = 0.0, 0.0, -1.0
+    graphs = grf_graphs(units, torch.ones(3, 3, 19, dtype=torch.bool), 3)
+    actions = torch.tensor([[A["short_pass"], A["shot"], A["left"]],  # the owner shoots
+                            [A["shot"], A["idle"], A["long_pass"]],  # the owner passes long
+                            [A["shot"], A["shot"], A["shot"]]])  # no owner: nothing counted
+    got = owner_counts(graphs, actions, torch.tensor([True, True, True]), 3)
+    g = list(GROUPS)
+    want = torch.zeros(3, len(GROUPS) + 2)
+    want[0, g.index("shot")], want[0, len(g)], want[0, len(g) + 1] = 1.0, 0.7, 1.0
+    want[1, g.index("long_or_high_pass")], want[1, len(g) + 1] = 1.0, 1.0
+    assert torch.allclose(got, want)
+    # a step past an episode's end is not counted
+    assert torch.equal(owner_counts(graphs, actions, torch.tensor([False, True, True]), 3)[0],
+                       torch.zeros(len(GROUPS) + 2))
+
+
 def test_value_on_states_returns_to_go_by_hand(monkeypatch):
     import torch
 

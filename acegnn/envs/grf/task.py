@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import ClassVar, Dict, List, Optional, Tuple
+from typing import ClassVar, Dict, Iterator, List, Optional, Tuple
 
 import torch
 from torch import Tensor
@@ -229,24 +229,32 @@ class GRFTask(VecTask):
         self._eval = (seed, games, test)
         return test
 
+    def test_rounds(self, episodes: int, seed: int) -> Iterator[Tuple["GRFTask", int]]:
+        """The rounds of :meth:`evaluate`'s test episodes: ``(games, k)`` per round, the
+        games reseeded for it; the first episode of each of the first ``k`` games is a
+        test episode."""
+        if episodes < 1:
+            raise ValueError(f"episodes must be >= 1 (got {episodes})")
+        test = self._eval_task(seed, min(self.eval_envs, episodes))
+        left, r = episodes, 0
+        while left > 0:
+            test.restart(seed * 1_000_003 + r)
+            k = min(left, test.num_envs)
+            yield test, k
+            left, r = left - k, r + 1
+
     def evaluate(self, act: Policy, episodes: int = 32, seed: int = 0) -> GRFEval:
         """Play ``episodes`` episodes with ``act`` on ``eval_envs`` games of their own
         (made with ``seed``), in rounds of one episode per game; round ``r`` reseeds the
         games from ``(seed, r)``: the same seed plays the same episodes, whatever the
         training task's seed."""
-        if episodes < 1:
-            raise ValueError(f"episodes must be >= 1 (got {episodes})")
-        test = self._eval_task(seed, min(self.eval_envs, episodes))
         returns, length, won = [], [], []
-        left, r = episodes, 0
-        while left > 0:
-            test.restart(seed * 1_000_003 + r)
+        for test, k in self.test_rounds(episodes, seed):
             ep = first_episodes(test, act, self.time_limit)
-            k = min(left, test.num_envs)
             returns.append(ep.returns[:k])
             length.append(ep.length[:k].float())
             won.append(ep.info["won"][:k].float())
-            left, r = left - k, r + 1
+
         def mean(parts: List[Tensor]) -> float:
             return float(torch.cat(parts).mean())
 
