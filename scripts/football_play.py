@@ -6,7 +6,7 @@ end and what the ball owner does.
 prints, per run, the episodes' win rate and length, how they ended (a goal, the ball or a
 player back in our half, the time limit, any other end: the keeper's catch, the ball out
 of play, the opponents' ball), the share of agent-steps in which one of our agents owns
-the ball, the ball owner's actions by group (:data:`GROUPS`), and the shots: per episode,
+the ball, the ball owner's actions by group (``OWNER_GROUPS`` of :mod:`acegnn.envs.grf.task`), and the shots: per episode,
 the share that scored, and the mean ``x`` of the shooter (the goal line is at 1). A
 policy that keeps the ball and never shoots, or shoots from afar, is told apart from one
 that loses it.
@@ -18,46 +18,16 @@ import json
 from typing import List
 
 import torch
-from torch import Tensor
-from torch_geometric.data import Batch
 
-from acegnn.envs.grf.engine import ACTIONS, MOVES
+from acegnn.envs.grf.task import OWNER_GROUPS as GROUPS
+from acegnn.envs.grf.task import OwnerTally
 
-#: The ball owner's actions, grouped.
-GROUPS = {"move": MOVES, "shot": ("shot",), "short_pass": ("short_pass",),
-          "long_or_high_pass": ("long_pass", "high_pass"), "idle": ("idle",),
-          "sprint_or_dribble": ("sprint", "release_sprint", "dribble", "release_dribble",
-                                "release_direction"),
-          "sliding": ("sliding",)}
-GROUP_OF = torch.tensor([next(i for i, names in enumerate(GROUPS.values()) if a in names)
-                         for a in ACTIONS])
 ENDS = ("goal", "back in our half", "time limit", "other end")
-
-
-def owner_counts(graphs: Batch, actions: Tensor, counted: Tensor, n_agents: int) -> Tensor:
-    """``[num_envs, len(GROUPS) + 2]`` per environment of one step: the ball owner's action
-    group (one-hot), then its ``x`` if it shot, then 1 if one of our agents owns the ball;
-    zeros for environments not ``counted``. ``actions`` ``[num_envs, n_agents]``; the
-    players' features are :func:`acegnn.envs.grf.task.grf_graphs`' (ids, x, y, speed,
-    possession)."""
-    n = actions.size(0)
-    x = graphs["player"].x.cpu().view(n, n_agents, -1)
-    owns = x[..., n_agents + 4] > 0  # [n, agents]
-    has = owns.any(1) & counted
-    owner = owns.float().argmax(1)
-    act = actions.gather(1, owner.unsqueeze(1)).squeeze(1)
-    group = GROUP_OF[act]
-    out = torch.zeros(n, len(GROUPS) + 2)
-    out[torch.arange(n), group] = 1.0
-    shot_x = x[torch.arange(n), owner, n_agents]
-    out[:, len(GROUPS)] = torch.where(act == ACTIONS.index("shot"), shot_x, torch.zeros(()))
-    out[:, len(GROUPS) + 1] = 1.0
-    return out * has.unsqueeze(1)
 
 
 def run_counts(run: str, episodes: int, seed: int) -> dict:
     """A run's checkpoint in ``episodes`` greedy test episodes (:meth:`GRFTask.test_rounds`):
-    the ends, and :func:`owner_counts` summed with the agent-steps."""
+    the ends, and :class:`~acegnn.envs.grf.task.OwnerTally`'s counts summed."""
     from acegnn.algos.trainer import greedy
     from acegnn.envs.base import first_episodes
     from acegnn.envs.grf.task import GRFTask
@@ -73,22 +43,16 @@ def run_counts(run: str, episodes: int, seed: int) -> dict:
         steps, won_shots = 0, 0
         act = greedy(learner, seed)
         for test, k in task.test_rounds(episodes, seed):
-            per_env = torch.zeros(test.num_envs, len(GROUPS) + 2)
-            length = torch.zeros(test.num_envs)
-
-            def on_step(graphs, actions, counted, restarted):
-                per_env[restarted], length[restarted] = 0.0, 0.0
-                per_env.add_(owner_counts(graphs, actions, counted, task.n_agents))
-                length.add_(counted.float())
-
-            ep = first_episodes(test, act, task.time_limit, on_step)
+            tally = OwnerTally(task.n_agents, test.num_envs)
+            ep = first_episodes(test, act, task.time_limit, tally)
+            per_env = tally.counts
             won = ep.info["won"][:k].bool()
             half = ep.info["half_court"][:k].bool() & ~won
             limit = (ep.length[:k] >= task.time_limit) & ~won & ~half
             ends += torch.stack([won.sum(), half.sum(), limit.sum(),
                                  (~(won | half | limit)).sum()])
             owner += per_env[:k].sum(0)
-            steps += int(length[:k].sum())
+            steps += int(ep.length[:k].sum())
             shots = per_env[:k, list(GROUPS).index("shot")]
             won_shots += int(((shots > 0) & won).sum())
     finally:

@@ -492,6 +492,9 @@ def test_evaluation_plays_the_same_episodes_for_the_same_seed():
         # another training seed, the test games split over two processes: the same
         assert other.evaluate(policy, episodes=4, seed=7) == first
         assert 0 <= first.win_rate <= 1 and 1 <= first.mean_steps <= 150
+        # the ball owner always shoots: every counted owner action is a shot
+        assert (first.shot_share, first.move_share, first.pass_share) == (1.0, 0.0, 0.0)
+        assert 0 < first.possession <= 1
         assert one.state_dict() is None
     finally:
         one.close()
@@ -659,7 +662,8 @@ def test_a_tiny_training_run_through_the_command_line(tmp_path, config):
             f"run.dir={tmp_path}", "run.name=r"]
     assert main(args) == 0
     header = (tmp_path / "r" / "eval.csv").read_text().splitlines()[0]
-    assert header == "samples,win_rate,mean_return,mean_steps"
+    assert header == ("samples,win_rate,mean_return,mean_steps,possession,move_share,"
+                      "pass_share,shot_share")
     train = (tmp_path / "r" / "train.csv").read_text().splitlines()[0]
     assert "env_steps_per_s" in train
     if config == "grf_3_vs_1_with_keeper.yaml":  # how the checkpoint plays, as eval plays it
@@ -676,7 +680,14 @@ def test_a_tiny_training_run_through_the_command_line(tmp_path, config):
         ev = evaluate_checkpoint(str(tmp_path / "r"), 3, 5)["evaluation"]
         assert sum(play["ends"].values()) == 3
         assert (play["win_rate"], play["mean_steps"]) == pytest.approx((ev.win_rate, ev.mean_steps))
-        assert sum(play["owner_actions"].values()) == play["owned_steps"] <= play["steps"]
+        owned = play["owned_steps"]
+        assert sum(play["owner_actions"].values()) == owned <= play["steps"]
+        assert ev.possession == pytest.approx(owned / play["steps"])
+        if owned:  # the ball owner's shares, as the script counts them
+            acts = play["owner_actions"]
+            assert (ev.move_share, ev.pass_share, ev.shot_share) == pytest.approx(
+                (acts["move"] / owned, (acts["short_pass"] + acts["long_or_high_pass"]) / owned,
+                 acts["shot"] / owned))
 
 
 @pytest.mark.parametrize("backend,engines", [("process", "processes"), ("ray", "Ray actors")])

@@ -494,14 +494,12 @@ def test_battle_actions_focus_by_hand(monkeypatch):
     assert got.tolist() == [[3, 2], [3, 3], [0, 0], [2, 2]]
 
 
-def test_football_play_counts_the_ball_owners_action_by_hand(monkeypatch):
+def test_football_ball_owners_action_counted_by_hand():
     import torch
 
-    monkeypatch.syspath_prepend(os.path.join(ROOT, "scripts"))
-    from football_play import GROUPS, owner_counts
-
     from acegnn.envs.grf.engine import A
-    from acegnn.envs.grf.task import grf_graphs
+    from acegnn.envs.grf.task import OWNER_GROUPS as GROUPS
+    from acegnn.envs.grf.task import grf_graphs, owner_counts
 
     # three games of 3 agents, 1 opponent and the ball (x, y, z, dx, dy, dz, possession):
     # agent 1 owns the ball at x 0.7; agent 2 at x 0.4; nobody (the ball in flight)

@@ -121,6 +121,50 @@ def grf_graphs(units: Tensor, avail: Tensor, n_agents: int,
     return out
 
 
+#: The ball owner's actions, grouped (:class:`OwnerTally`).
+OWNER_GROUPS = {"move": MOVES, "shot": ("shot",), "short_pass": ("short_pass",),
+                "long_or_high_pass": ("long_pass", "high_pass"), "idle": ("idle",),
+                "sprint_or_dribble": ("sprint", "release_sprint", "dribble", "release_dribble",
+                                      "release_direction"),
+                "sliding": ("sliding",)}
+_GROUP_OF = torch.tensor([next(i for i, names in enumerate(OWNER_GROUPS.values()) if a in names)
+                          for a in ACTIONS])
+
+
+def owner_counts(graphs: Batch, actions: Tensor, counted: Tensor, n_agents: int) -> Tensor:
+    """``[num_envs, len(OWNER_GROUPS) + 2]`` per environment of one step: the ball owner's
+    action group (one-hot), then its ``x`` if it shot, then 1 if one of our agents owns
+    the ball; zeros for environments whose step is not ``counted``. ``actions``
+    ``[num_envs, n_agents]``, ``graphs`` built by :func:`grf_graphs`."""
+    n = actions.size(0)
+    x = graphs["player"].x.cpu().view(n, n_agents, -1)
+    owns = x[..., n_agents + 4] > 0  # the possession column, after the ids and x, y, speed
+    has = owns.any(1) & counted.cpu()
+    owner = owns.float().argmax(1)
+    act = actions.cpu().gather(1, owner.unsqueeze(1)).squeeze(1)
+    rows = torch.arange(n)
+    out = torch.zeros(n, len(OWNER_GROUPS) + 2)
+    out[rows, _GROUP_OF[act]] = 1.0
+    out[:, -2] = torch.where(act == ACTIONS.index("shot"), x[rows, owner, n_agents],
+                             torch.zeros(()))
+    out[:, -1] = 1.0
+    return out * has.unsqueeze(1)
+
+
+class OwnerTally:
+    """:func:`owner_counts` summed over test episodes: the ``on_step`` of
+    :func:`acegnn.envs.base.first_episodes`. ``counts`` ``[num_envs, len(OWNER_GROUPS) +
+    2]`` per episode (one an engine restart voided starts again from zero)."""
+
+    def __init__(self, n_agents: int, num_envs: int) -> None:
+        self.n_agents = n_agents
+        self.counts = torch.zeros(num_envs, len(OWNER_GROUPS) + 2)
+
+    def __call__(self, graphs: Batch, actions: Tensor, counted: Tensor, restarted: Tensor) -> None:
+        self.counts[restarted.cpu()] = 0.0
+        self.counts += owner_counts(graphs, actions, counted, self.n_agents)
+
+
 @dataclass
 class GRFEval(EvalResult):
     """Greedy test episodes on GRF (the paper's protocol: 32 episodes, no exploration)."""
@@ -131,6 +175,14 @@ class GRFEval(EvalResult):
     """Mean undiscounted return (+100 a goal, -1 a loss by the task's reward rule)."""
     mean_steps: float
     """Mean episode length; an episode cut at the time limit counts the limit."""
+    possession: float = float("nan")
+    """Fraction of the steps in which one of our agents owned the ball (NaN: not counted)."""
+    move_share: float = float("nan")
+    """Fraction of the ball owner's actions that were moves (it carried the ball)."""
+    pass_share: float = float("nan")
+    """Fraction that were passes (short, long or high)."""
+    shot_share: float = float("nan")
+    """Fraction that were shots."""
 
     success_metric: ClassVar[str] = "win_rate"
     success_threshold: ClassVar[float] = 1.0
@@ -248,17 +300,28 @@ class GRFTask(VecTask):
         (made with ``seed``), in rounds of one episode per game; round ``r`` reseeds the
         games from ``(seed, r)``: the same seed plays the same episodes, whatever the
         training task's seed."""
-        returns, length, won = [], [], []
+        returns, length, won, owner = [], [], [], []
         for test, k in self.test_rounds(episodes, seed):
-            ep = first_episodes(test, act, self.time_limit)
+            tally = OwnerTally(self.n_agents, test.num_envs)
+            ep = first_episodes(test, act, self.time_limit, tally)
             returns.append(ep.returns[:k])
             length.append(ep.length[:k].float())
             won.append(ep.info["won"][:k].float())
+            owner.append(tally.counts[:k])
 
         def mean(parts: List[Tensor]) -> float:
             return float(torch.cat(parts).mean())
 
-        return GRFEval(win_rate=mean(won), mean_return=mean(returns), mean_steps=mean(length))
+        counts = torch.cat(owner).sum(0).double()
+        owned, g = float(counts[-1]), list(OWNER_GROUPS)
+
+        def share(*groups: str) -> float:
+            return sum(float(counts[g.index(k)]) for k in groups) / owned if owned else float("nan")
+
+        return GRFEval(win_rate=mean(won), mean_return=mean(returns), mean_steps=mean(length),
+                       possession=owned / float(torch.cat(length).sum()),
+                       move_share=share("move"), pass_share=share("short_pass", "long_or_high_pass"),
+                       shot_share=share("shot"))
 
     def close(self) -> None:
         """End the engine processes (this task's and its evaluation's)."""
