@@ -15,7 +15,6 @@ shoots the nearest agent in range and stays on it).
 from __future__ import annotations
 
 import argparse
-import json
 from typing import List
 
 import torch
@@ -25,6 +24,7 @@ from torch_geometric.data import Batch
 
 from acegnn.envs.smac.units import (ACTION_GROUPS, UNIT_TYPES, BattleSpec, in_range,
                                     live_action_groups)
+from acegnn.utils.runs import add_test_play_args, write_json
 
 COOLDOWN = len(UNIT_TYPES) + 4  # the node features' cooldown column (0: ready)
 SITUATIONS = ("no enemy in range", "enemy in range, weapon ready", "enemy in range, cooling down")
@@ -93,9 +93,7 @@ def run_counts(run: str, episodes: int, seed: int) -> dict:
 def main(argv: List[str] = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("runs", nargs="+", help="run directories or checkpoint files (SMAX)")
-    p.add_argument("--episodes", type=int, default=64)
-    p.add_argument("--seed", type=int, default=2024, help="the test battles' seed")
-    p.add_argument("--json", help="also write the counts to this file")
+    add_test_play_args(p, "battles")
     args = p.parse_args(argv)
     out = [run_counts(r, args.episodes, args.seed) for r in args.runs]
     for r in out:
@@ -108,9 +106,7 @@ def main(argv: List[str] = None) -> int:
         shared, on_one = r["focus"]
         print(f"  attacks in steps with two or more attackers: {shared}; on the step's most "
               f"attacked enemy: " + (f"{on_one / shared:.2f}" if shared else "-"))
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(out, f, indent=1)
+    write_json(args.json, out)
     return 0
 
 

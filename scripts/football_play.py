@@ -14,13 +14,13 @@ that loses it.
 from __future__ import annotations
 
 import argparse
-import json
 from typing import List
 
 import torch
 
 from acegnn.envs.grf.task import OWNER_GROUPS as GROUPS
 from acegnn.envs.grf.task import OwnerTally
+from acegnn.utils.runs import add_test_play_args, write_json
 
 ENDS = ("goal", "back in our half", "time limit", "other end")
 
@@ -69,9 +69,7 @@ def run_counts(run: str, episodes: int, seed: int) -> dict:
 def main(argv: List[str] = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("runs", nargs="+", help="run directories or checkpoint files (football)")
-    p.add_argument("--episodes", type=int, default=64)
-    p.add_argument("--seed", type=int, default=2024, help="the test episodes' seed")
-    p.add_argument("--json", help="also write the counts to this file")
+    add_test_play_args(p, "episodes")
     args = p.parse_args(argv)
     out = [run_counts(r, args.episodes, args.seed) for r in args.runs]
     for r in out:
@@ -88,9 +86,7 @@ def main(argv: List[str] = None) -> int:
         print(f"  shots: {shots / r['episodes']:.2f} per episode"
               + (f", mean x of the shooter {r['shot_x_sum'] / shots:.2f}" if shots else "")
               + f"; won episodes with a shot: {r['goals_after_a_shot']}")
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(out, f, indent=1)
+    write_json(args.json, out)
     return 0
 
 

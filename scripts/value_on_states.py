@@ -17,11 +17,12 @@ does not see: near the limit the two differ for that reason alone.
 from __future__ import annotations
 
 import argparse
-import json
 from typing import Dict, List
 
 import torch
 from torch import Tensor
+
+from acegnn.utils.runs import add_test_play_args, write_json
 
 #: The first steps of a battle: from the same starts, where the policies have not yet
 #: drawn apart.
@@ -124,9 +125,7 @@ def main(argv: List[str] = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--ace", required=True, help="the ACE run whose network values the states")
     p.add_argument("runs", nargs="+", help="the runs whose greedy policies play (SMAX)")
-    p.add_argument("--episodes", type=int, default=64)
-    p.add_argument("--seed", type=int, default=2024, help="the test battles' seed")
-    p.add_argument("--json", help="also write the summaries to this file")
+    add_test_play_args(p, "battles")
     args = p.parse_args(argv)
     from acegnn.run import restore
 
@@ -148,9 +147,7 @@ def main(argv: List[str] = None) -> int:
         for name, s in r["groups"].items():
             print(f"  {name:<22}{s['states']:>7}{s['value']:>8.2f}{s['return_to_go']:>8.2f}"
                   f"{s['corr']:>7.2f}")
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(out, f, indent=1)
+    write_json(args.json, out)
     return 0
 
 

@@ -118,3 +118,18 @@ def read_csv(path: str, complete: bool = False) -> List[Dict[str, float]]:
         text = text[:text.rfind("\n") + 1]
     return [{k: float(v) for k, v in row.items() if v not in ("", None)}
             for row in csv.DictReader(io.StringIO(text))]
+
+
+def add_test_play_args(p, what: str = "episodes") -> None:
+    """The options of a script that plays greedy test ``what`` of runs' checkpoints:
+    ``--episodes`` (64), ``--seed`` (2024) and ``--json`` (a file for the records)."""
+    p.add_argument("--episodes", type=int, default=64)
+    p.add_argument("--seed", type=int, default=2024, help=f"the test {what}' seed")
+    p.add_argument("--json", help="also write the records to this file")
+
+
+def write_json(path: Optional[str], records) -> None:
+    """``records`` as indented JSON to ``path`` (nothing when ``path`` is empty)."""
+    if path:
+        with open(path, "w") as f:
+            json.dump(records, f, indent=1)
