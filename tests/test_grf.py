@@ -115,6 +115,32 @@ def test_available_actions_follow_ownership_and_sticky_flags():
     assert available_actions(np.zeros(3, bool), 1, sticky)[:, A["sliding"]].all()
     with pytest.raises(ValueError, match=r"sticky_actions must be \[3, 10\]"):
         available_actions(np.zeros(3, bool), -1, sticky[:, :9])
+    with pytest.raises(ValueError, match=r"mask must be one of \['ours', 'official'\] \(got 'dc'\)"):
+        available_actions(np.zeros(3, bool), -1, sticky, "dc")
+
+
+def test_the_official_action_mask_by_hand():
+    """The official ACE code's mask: dribble for the ball owner only (the owner dribbling
+    may release it, as may a dribbling agent that lost the ball), release_direction
+    always, sliding never; everything else as ours."""
+    sticky = np.zeros((4, len(STICKY)), dtype=np.uint8)
+    sticky[1, STICKY.index("sprint")] = 1
+    sticky[2, STICKY.index("dribble")] = sticky[2, STICKY.index("top")] = 1
+    sticky[3, STICKY.index("dribble")] = 1
+    owns = np.array([True, False, False, True])
+    for team in (0, 1, -1):
+        avail = available_actions(owns if team == 0 else np.zeros(4, bool), team, sticky,
+                                  "official")
+        on = lambda i: {ACTIONS[k] for k in np.flatnonzero(avail[i])}  # noqa: E731
+        moves = set(ACTIONS[:9]) | {"release_direction"}
+        owner = {"long_pass", "high_pass", "short_pass", "shot"}
+        assert on(0) == moves | {"sprint"} | ({"dribble"} | owner if team == 0 else set())
+        assert on(1) == moves | {"release_sprint"}
+        assert on(2) == moves | {"sprint", "release_dribble"}
+        assert on(3) == moves | {"sprint", "release_dribble"} | (owner if team == 0 else set())
+        ours = available_actions(owns if team == 0 else np.zeros(4, bool), team, sticky)
+        differ = {ACTIONS[k] for k in np.flatnonzero((avail != ours).any(0))}
+        assert differ == {"dribble", "release_direction"} | ({"sliding"} if team else set())
 
 
 # Real states -------------------------------------------------------------------------------
@@ -254,9 +280,37 @@ def test_the_half_court_loss_pays_minus_1_by_the_cds_rule_too():
         game.close()
 
 
-def test_an_unknown_reward_rule_is_refused():
+def test_an_unknown_reward_rule_or_action_mask_is_refused():
     with pytest.raises(ValueError, match=r"env.reward must be one of \['paper', 'cds'\].*'nope'"):
         GRFConfig(reward="nope")
+    with pytest.raises(ValueError, match=r"env.action_mask must be one of \['ours', 'official'\]"):
+        GRFConfig(action_mask="cds")
+    with pytest.raises(ValueError, match=r"action_mask must be one of .*'none'"):
+        EnginePool("academy_3_vs_1_with_keeper", 1, 1, seed=0, action_mask="none")
+
+
+def test_the_official_action_mask_reaches_the_engines_from_the_config():
+    """env.action_mask=official: the games in the engine processes, the training ones and
+    the test ones, offer the official code's actions on real states."""
+    task = GRFConfig(action_mask="official", num_envs=2, num_workers=1, eval_envs=1).make(0)
+    try:
+        seen = []
+        for t in range(12):
+            obs = task.observe()
+            seen.append(obs["avail"])
+            owner = obs["units"][:, :3, 6] > 0
+            moves = torch.tensor([[A["right"], A["top_right"], A["idle"]]] * 2)
+            task.step(torch.where(obs["avail"][:, :, A["dribble"]], A["dribble"], moves)
+                      if t % 3 == 0 else moves)
+            assert not (obs["avail"][:, :, A["dribble"]] & ~owner).any()  # ours: all three
+        avail = torch.stack(seen)
+        assert avail[..., A["release_direction"]].all() and not avail[..., A["sliding"]].any()
+        assert avail[..., A["dribble"]].any()  # the owner is offered it
+        test, _ = next(task.test_rounds(1, seed=0))
+        assert test.pool.options["action_mask"] == "official"
+        assert test.observe()["avail"][..., A["release_direction"]].all()
+    finally:
+        task.close()
 
 
 def test_the_same_seed_plays_the_same_episode():

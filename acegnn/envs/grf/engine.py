@@ -60,6 +60,8 @@ STICKY = ("left", "top_left", "top", "top_right", "right", "bottom_right", "bott
 MOVES = ACTIONS[1:9]
 #: The rules of :class:`Game`: who pays ``end_reward`` (module docstring).
 REWARDS = ("paper", "cds")
+#: Which actions :func:`available_actions` offers: ours or the official ACE code's.
+ACTION_MASKS = ("ours", "official")
 #: Columns of an observation's ``units`` array: position, movement per step and
 #: possession. A player's possession is 1 if it owns the ball; the ball's is
 #: gfootball's ``ball_owned_team`` (-1 nobody, 0 our team, 1 the right team).
@@ -104,8 +106,23 @@ def read_units(obs: Dict[str, Any], scenario: GRFScenario) -> np.ndarray:
     return units
 
 
-def available_actions(owns: np.ndarray, team: int, sticky: np.ndarray) -> np.ndarray:
+def check_choice(name: str, value: str, choices: Sequence[str]) -> None:
+    """Raise a ``ValueError`` naming ``name`` if ``value`` is not one of ``choices``."""
+    if value not in choices:
+        raise ValueError(f"{name} must be one of {list(choices)} (got {value!r})")
+
+
+def check_rules(reward: str, action_mask: str) -> None:
+    """Raise a ``ValueError`` naming a reward rule or action mask that does not exist."""
+    check_choice("reward", reward, REWARDS)
+    check_choice("action_mask", action_mask, ACTION_MASKS)
+
+
+def available_actions(owns: np.ndarray, team: int, sticky: np.ndarray,
+                      mask: str = "ours") -> np.ndarray:
     """``[n_agents, 19]`` bool: the actions each agent may take, by gfootball's ids.
+
+    With ``mask="ours"``:
 
     * ``idle`` and the eight moves: always.
     * ``long_pass``, ``high_pass``, ``short_pass``, ``shot``: the ball owner only.
@@ -114,11 +131,17 @@ def available_actions(owns: np.ndarray, team: int, sticky: np.ndarray) -> np.nda
     * ``release_direction`` when one of the eight move flags is set.
     * ``sliding`` when our team does not own the ball.
 
+    ``mask="official"`` is the official ACE code's (``gfootball_academy_env_ace.py``):
+    the same, except that ``dribble`` is offered to the ball owner only (when it is not
+    dribbling), ``release_direction`` always and ``sliding`` never.
+
     Args:
         owns (ndarray): ``[n_agents]`` bool, the agent owns the ball.
         team (int): ``ball_owned_team`` (-1, 0 ours, 1 theirs).
         sticky (ndarray): ``[n_agents, 10]`` the agents' ``sticky_actions`` (:data:`STICKY`).
+        mask (str, optional): ``"ours"`` or ``"official"`` (above). (default: :obj:`"ours"`)
     """
+    check_choice("mask", mask, ACTION_MASKS)
     owns = np.asarray(owns, dtype=bool)
     sticky = np.asarray(sticky).astype(bool)
     if sticky.shape != (owns.size, len(STICKY)):
@@ -133,6 +156,10 @@ def available_actions(owns: np.ndarray, team: int, sticky: np.ndarray) -> np.nda
     avail[:, A["dribble"]], avail[:, A["release_dribble"]] = ~dribbling, dribbling
     avail[:, A["release_direction"]] = moving
     avail[:, A["sliding"]] = team != 0
+    if mask == "official":
+        avail[:, A["dribble"]] &= owns
+        avail[:, A["release_direction"]] = True
+        avail[:, A["sliding"]] = False
     return avail
 
 
@@ -150,15 +177,17 @@ class Game:
             (default: :obj:`"paper"`)
         time_limit_terminal (bool, optional): The time limit ends the episode
             (terminated) instead of truncating it. (default: :obj:`True`)
+        action_mask (str, optional): The actions offered, ``"ours"`` or ``"official"``
+            (:func:`available_actions`). (default: :obj:`"ours"`)
     """
 
     def __init__(self, scenario: "GRFScenario | str", seed: int, time_limit: int = 150,
                  goal_reward: float = 100.0, end_reward: float = -1.0, reward: str = "paper",
-                 time_limit_terminal: bool = True) -> None:
+                 time_limit_terminal: bool = True, action_mask: str = "ours") -> None:
         import gfootball.env as football_env
 
-        if reward not in REWARDS:
-            raise ValueError(f"reward must be one of {list(REWARDS)} (got {reward!r})")
+        check_rules(reward, action_mask)
+        self.action_mask = action_mask
         self.scenario = get_scenario(scenario)
         self.time_limit, self.goal_reward, self.end_reward = time_limit, goal_reward, end_reward
         self.reward, self.time_limit_terminal = reward, bool(time_limit_terminal)
@@ -199,7 +228,8 @@ class Game:
         self.sticky = np.stack([np.asarray(raw[c]["sticky_actions"], dtype=np.float32)
                                 for c in self.controller])
         self.avail = available_actions(self.units[:sc.n_agents, 6] > 0,
-                                       int(obs["ball_owned_team"]), self.sticky)
+                                       int(obs["ball_owned_team"]), self.sticky,
+                                       self.action_mask)
 
     def step(self, actions: Sequence[int]) -> GameStep:
         """Step with one action id per agent; a finished episode is reset (the state
@@ -515,8 +545,8 @@ class EnginePool:
         num_workers (int): Engine processes; the games are split into contiguous groups
             as equal as possible (at most ``num_envs`` processes).
         seed (int): Seeds the games (:meth:`reseed` for the scheme).
-        time_limit, goal_reward, end_reward, reward, time_limit_terminal: The rules
-            (:class:`Game`).
+        time_limit, goal_reward, end_reward, reward, time_limit_terminal, action_mask: The
+            rules (:class:`Game`).
         step_timeout (float, optional): Seconds a process may take to answer a step
             before it counts as hung. (default: :obj:`30.0`)
         start_timeout (float, optional): Seconds a process may take to create its games.
@@ -537,7 +567,7 @@ class EnginePool:
     def __init__(self, scenario: "GRFScenario | str", num_envs: int, num_workers: int, seed: int,
                  time_limit: int = 150, goal_reward: float = 100.0, end_reward: float = -1.0,
                  reward: str = "paper", time_limit_terminal: bool = True,
-                 step_timeout: float = 30.0, start_timeout: float = 120.0,
+                 action_mask: str = "ours", step_timeout: float = 30.0, start_timeout: float = 120.0,
                  max_restarts: int = 3, backend: str = "process",
                  ray_address: Optional[str] = None, ray_cpus: float = 1.0) -> None:
         self.scenario = get_scenario(scenario)
@@ -552,12 +582,12 @@ class EnginePool:
         for key, value in (("step_timeout", step_timeout), ("start_timeout", start_timeout)):
             if not value > 0:
                 raise ValueError(f"{key} must be positive seconds (got {value!r})")
-        if reward not in REWARDS:
-            raise ValueError(f"reward must be one of {list(REWARDS)} (got {reward!r})")
+        check_rules(reward, action_mask)
         self.num_envs, self.seed = int(num_envs), int(seed)
         self.options = dict(time_limit=int(time_limit), goal_reward=float(goal_reward),
                             end_reward=float(end_reward), reward=reward,
-                            time_limit_terminal=bool(time_limit_terminal))
+                            time_limit_terminal=bool(time_limit_terminal),
+                            action_mask=action_mask)
         self.step_timeout, self.start_timeout = float(step_timeout), float(start_timeout)
         self.max_restarts = int(max_restarts)
         self.groups = [g for g in np.array_split(np.arange(self.num_envs), int(num_workers))

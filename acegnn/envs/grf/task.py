@@ -34,8 +34,8 @@ from torch_geometric.data import Batch
 
 from acegnn.envs.base import (EvalResult, Policy, Scene, Transition, VecTask, check_actions,
                               first_episodes)
-from acegnn.envs.grf.engine import (ACTIONS, BACKENDS, MOVES, N_ACTIONS, REWARDS, STICKY,
-                                    UNIT_COLUMNS, EnginePool)
+from acegnn.envs.grf.engine import (ACTION_MASKS, ACTIONS, BACKENDS, MOVES, N_ACTIONS, REWARDS,
+                                    STICKY, UNIT_COLUMNS, EnginePool, check_choice)
 from acegnn.envs.grf.scenarios import SCENARIOS, GRFScenario, get_scenario
 from acegnn.graph import ActionKind, DenseLayout, GraphSchema, dense_actions, full_edges, unit_index
 
@@ -200,8 +200,9 @@ class GRFTask(VecTask):
         seed (int, optional): Seeds the games. (default: :obj:`0`)
         num_workers (int, optional): Engine processes the games are split over (at most
             one per game). (default: :obj:`2`)
-        time_limit, goal_reward, end_reward, reward, time_limit_terminal (optional): The
-            rules, as :class:`~acegnn.envs.grf.engine.Game` takes them, with its defaults.
+        time_limit, goal_reward, end_reward, reward, time_limit_terminal, action_mask
+            (optional): The rules, as :class:`~acegnn.envs.grf.engine.Game` takes them,
+            with its defaults.
         sticky_features (bool, optional): The players' features end with their
             sticky-action flags. (default: :obj:`False`)
         eval_envs (int, optional): Games that play the test episodes (in rounds), made
@@ -221,7 +222,8 @@ class GRFTask(VecTask):
                  time_limit_terminal: bool = True, sticky_features: bool = False,
                  eval_envs: int = 8, step_timeout: float = 30.0,
                  start_timeout: float = 120.0, backend: str = "process",
-                 ray_address: Optional[str] = None, ray_cpus: float = 1.0) -> None:
+                 ray_address: Optional[str] = None, ray_cpus: float = 1.0,
+                 action_mask: str = "ours") -> None:
         self.spec = get_scenario(scenario)
         if isinstance(eval_envs, bool) or not isinstance(eval_envs, int) or eval_envs < 1:
             raise ValueError(f"eval_envs must be a positive integer (got {eval_envs!r})")
@@ -229,7 +231,7 @@ class GRFTask(VecTask):
         self.eval_envs, self.sticky_features = eval_envs, bool(sticky_features)
         self._pool_args = dict(num_workers=num_workers, time_limit=time_limit,
                                goal_reward=goal_reward, end_reward=end_reward, reward=reward,
-                               time_limit_terminal=time_limit_terminal,
+                               time_limit_terminal=time_limit_terminal, action_mask=action_mask,
                                step_timeout=step_timeout, start_timeout=start_timeout,
                                backend=backend, ray_address=ray_address, ray_cpus=ray_cpus)
         self.n_agents = self.spec.n_agents
@@ -385,6 +387,11 @@ class GRFConfig:
     sticky_features: bool = False
     """Each player's features end with its 10 sticky-action flags (the official code's;
     not in the paper's feature table)."""
+    action_mask: str = "ours"
+    """The actions offered: ours (dribble to any agent not dribbling, release_direction
+    while moving, sliding while our team does not own the ball) or official (the official
+    code's: dribble to the ball owner only, release_direction always, sliding never). The
+    paper states no mask."""
     eval_envs: int = 8
     """Games that play the test episodes, in rounds (made at the first evaluation)."""
     step_timeout: float = 30.0
@@ -409,8 +416,8 @@ class GRFConfig:
             value = getattr(self, key)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"env.{key} must be a positive integer (got {value!r})")
-        if self.reward not in REWARDS:
-            raise ValueError(f"env.reward must be one of {list(REWARDS)} (got {self.reward!r})")
+        for key, choices in (("reward", REWARDS), ("action_mask", ACTION_MASKS)):
+            check_choice(f"env.{key}", getattr(self, key), choices)
         for key in ("step_timeout", "start_timeout"):
             if not getattr(self, key) > 0:
                 raise ValueError(f"env.{key} must be positive seconds (got {getattr(self, key)!r})")
@@ -426,4 +433,5 @@ class GRFConfig:
         return GRFTask(self.scenario, self.num_envs, seed, self.num_workers, self.time_limit,
                        self.goal_reward, self.end_reward, self.reward, self.time_limit_terminal,
                        self.sticky_features, self.eval_envs, self.step_timeout,
-                       self.start_timeout, self.backend, self.ray_address, self.ray_cpus)
+                       self.start_timeout, self.backend, self.ray_address, self.ray_cpus,
+                       self.action_mask)
