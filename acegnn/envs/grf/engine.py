@@ -571,8 +571,7 @@ class EnginePool:
                  max_restarts: int = 3, backend: str = "process",
                  ray_address: Optional[str] = None, ray_cpus: float = 1.0) -> None:
         self.scenario = get_scenario(scenario)
-        if backend not in BACKENDS:
-            raise ValueError(f"backend must be one of {list(BACKENDS)} (got {backend!r})")
+        check_choice("backend", backend, BACKENDS)
         if not ray_cpus > 0:
             raise ValueError(f"ray_cpus must be positive (got {ray_cpus!r})")
         for key, value in (("num_envs", num_envs), ("num_workers", num_workers),

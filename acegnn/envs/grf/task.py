@@ -416,13 +416,12 @@ class GRFConfig:
             value = getattr(self, key)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"env.{key} must be a positive integer (got {value!r})")
-        for key, choices in (("reward", REWARDS), ("action_mask", ACTION_MASKS)):
+        for key, choices in (("reward", REWARDS), ("action_mask", ACTION_MASKS),
+                             ("backend", BACKENDS)):
             check_choice(f"env.{key}", getattr(self, key), choices)
         for key in ("step_timeout", "start_timeout"):
             if not getattr(self, key) > 0:
                 raise ValueError(f"env.{key} must be positive seconds (got {getattr(self, key)!r})")
-        if self.backend not in BACKENDS:
-            raise ValueError(f"env.backend must be one of {list(BACKENDS)} (got {self.backend!r})")
         if not self.ray_cpus > 0:
             raise ValueError(f"env.ray_cpus must be positive (got {self.ray_cpus!r})")
         if not self.goal_reward > self.end_reward:
