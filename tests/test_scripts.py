@@ -170,6 +170,23 @@ def test_joint_argmax_takes_the_best_final_value():
     assert torch.allclose(got, best, atol=1e-6)
 
 
+def test_bench_collect_times_each_number_of_environments(tmp_path):
+    out = tmp_path / "c.json"
+    text = run(["scripts/bench_collect.py", "configs/spiders_fly_5x5.yaml", "model.hidden=8",
+                "train.samples_per_collect=48", "--envs", "2", "3", "--rounds", "2",
+                "--json", str(out)])
+    records = json.loads(out.read_text())
+    assert [r["num_envs"] for r in records] == [2, 3]  # read back from the task built
+    assert [json.loads(line) for line in text.splitlines()] == records
+    for r in records:
+        assert r["steps_per_round"] == 48 and r["rounds"] == 2
+        assert r["cpu_ms_per_env_step"] > 0
+        assert r["cpu_ms_per_batched_step"] == pytest.approx(r["cpu_ms_per_env_step"] * r["num_envs"])
+    bad = subprocess.run([sys.executable, "scripts/bench_collect.py", "configs/spiders_fly_5x5.yaml",
+                          "--envs", "0"], cwd=ROOT, capture_output=True, text=True)
+    assert bad.returncode != 0 and "--envs must be at least 1" in bad.stderr
+
+
 def test_bench_update_prints_timings():
     text = run(["scripts/bench_update.py", "configs/spiders_fly_5x5.yaml", "model.hidden=8",
                 "train.batch_size=16", "train.samples_per_collect=64", "train.learning_starts=64",
