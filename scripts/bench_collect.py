@@ -26,6 +26,7 @@ import torch
 from acegnn.algos.trainer import Trainer
 from acegnn.config import load_config
 from acegnn.run import make_learner, make_task
+from acegnn.utils.runs import write_json
 
 
 def time_rounds(config: str, overrides: List[str], rounds: int, profile: int = 0) -> dict:
@@ -76,9 +77,7 @@ def main(argv: Optional[List[str]] = None) -> List[dict]:
         rec = time_rounds(ns.config, [*ns.overrides, *extra], ns.rounds, ns.profile)
         print(json.dumps(rec), flush=True)
         records.append(rec)
-    if ns.json:
-        with open(ns.json, "w") as f:
-            json.dump(records, f, indent=1)
+    write_json(ns.json, records)
     return records
 
 

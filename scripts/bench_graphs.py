@@ -19,6 +19,7 @@ from acegnn.envs.spiders_fly import valid_starts
 from acegnn.envs.spiders_fly.task import _layout, spiders_fly_graphs, spiders_fly_schema
 from acegnn.graph.flat import flat_inputs
 from acegnn.graph.index import compute_unit_index, unit_index
+from acegnn.utils.runs import write_json
 
 
 def best_ms(fn, calls: int, repeats: int) -> float:
@@ -71,9 +72,7 @@ def main(argv=None) -> list:
                "build_scratch_ms": t(build_scratch)}  # last: it drops the layout's tiling
         records.append(rec)
         print(json.dumps(rec))
-    if ns.json:
-        with open(ns.json, "w") as f:
-            json.dump(records, f, indent=1)
+    write_json(ns.json, records)
     return records
 
 
