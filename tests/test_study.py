@@ -645,3 +645,22 @@ def test_a_stopped_study_resumes_its_running_trials(tmp_path):
         with open(os.path.join(trial.run_dir, "train.csv")) as f:
             samples = [int(line.split(",")[0]) for line in f.readlines()[1:]]
         assert samples == [256 * k for k in range(1, 33)]
+
+
+def test_curves_go_on_over_the_seeds_that_remain_only_when_asked():
+    """Three SMAX seeds, one stopped after two evaluations: the table's curve ends where
+    every seed reached; the figure's goes on over the two that remain (median and 25-75%
+    of those two), and each point says how many seeds it holds."""
+    from acegnn.study.report import curves
+    def record(seed, rates):
+        return {"env": "smax", "variant": "ace", "scenario": "3m", "seed": seed,
+                "curve": [(10_000 * (i + 1) + seed, r) for i, r in enumerate(rates)]}
+    records = [record(0, [0.0, 0.5, 1.0]), record(1, [0.25, 0.75, 0.5]), record(2, [1.0, 0.0])]
+    short = curves(records)[("smax", "ace", "3m")]
+    assert [p[4] for p in short] == [3, 3]
+    # second evaluation: 0.5, 0.75, 0.0 -> median 0.5, quartiles 0.25 and 0.625
+    assert short[1] == (20_001, 0.5, 0.25, 0.625, 3)
+    long = curves(records, every_seed=False)[("smax", "ace", "3m")]
+    assert long[:2] == short
+    # third: seeds 0 and 1 alone, at 30,000 and 30,001 -> median steps 30,000.5
+    assert long[2] == (30_000.5, 0.75, 0.625, 0.875, 2)

@@ -152,16 +152,22 @@ def mean_at(records: List[dict], labels: Labels, at: List[int], window: int) -> 
     return "\n".join(lines) + "\n"
 
 
-def curves(records: List[dict]) -> Dict[tuple, List[tuple]]:
-    """(env, variant, scenario) -> [(median samples, centre, low, high)] per evaluation
-    index, over all the group's seeds (:data:`SPREAD`: the environment's statistic). The
-    curve ends at the last evaluation every seed reached."""
+def curves(records: List[dict], every_seed: bool = True) -> Dict[tuple, List[tuple]]:
+    """(env, variant, scenario) -> [(median samples, centre, low, high, seeds)] per
+    evaluation index, over the group's seeds that reached it (:data:`SPREAD`: the
+    environment's statistic). With ``every_seed`` the curve ends at the last evaluation
+    every seed reached; without, it goes on as far as any seed did, over fewer seeds."""
     out = {}
     for key, runs in _groups(records).items():
-        n = min(len(r["curve"]) for r in runs)
+        lengths = [len(r["curve"]) for r in runs]
+        n = min(lengths) if every_seed else max(lengths)
         spread = spread_of(key[0])[0]
-        out[key] = [(statistics.median(r["curve"][i][0] for r in runs),
-                     *spread([r["curve"][i][1] for r in runs])) for i in range(n)]
+        pts = []
+        for i in range(n):
+            reached = [r["curve"][i] for r in runs if len(r["curve"]) > i]
+            pts.append((statistics.median(s for s, _ in reached),
+                        *spread([v for _, v in reached]), len(reached)))
+        out[key] = pts
     return out
 
 
@@ -178,7 +184,7 @@ def table(records: List[dict], labels: Labels, what: str = "test win rate") -> s
         timed = [r for r in runs if r["wall_s"] == r["wall_s"]]  # not NaN: a known clock
         rate = statistics.median(r["env_steps_per_s"] for r in timed) if timed else float("nan")
         wall = statistics.median(r["wall_s"] for r in timed) if timed else float("nan")
-        final = pts[-1] if pts else (0, float("nan"), float("nan"), float("nan"))
+        final = pts[-1][:4] if pts else (0, float("nan"), float("nan"), float("nan"))
         budget = paper_steps(env, scenario)
         projected = "-" if budget is None else f"{budget / rate / 3600:.1f} h ({budget / 1e6:g}M)"
         clock = "| - | - | - |" if rate != rate else (  # records of eval.csv files: no clock
@@ -197,7 +203,7 @@ def curve_table(records: List[dict], labels: Labels, what: str = "test win rate"
              "|---|---|---|---|---|---|"]
     for (env, variant, scenario), pts in sorted(data.items()):
         seeds = sum(record_key(r) == (env, variant, scenario) for r in records)
-        for k, (steps, *figure) in enumerate(pts):
+        for k, (steps, *figure, _) in enumerate(pts):
             lines.append(f"| {labels[env][variant]} | {scenario} | {seeds} | {k + 1} | "
                          f"{steps:,.0f} | {_cell(env, *figure)} |")
     return "\n".join(lines) + "\n"
@@ -206,12 +212,14 @@ def curve_table(records: List[dict], labels: Labels, what: str = "test win rate"
 def plot(records: List[dict], labels: Labels, path: str, what: str = "test win rate",
          unit_range: bool = True) -> None:
     """The learning curves, a panel per (env, scenario), with the environment's spread
-    over seeds shaded; ``unit_range`` fixes the y-axis to [0, 1] (a rate)."""
+    over seeds shaded; ``unit_range`` fixes the y-axis to [0, 1] (a rate). Where some
+    seeds stop before others, the curve goes on over the seeds that remain, dotted, and
+    its label says from where and over how many."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    data = curves(records)
+    data = curves(records, every_seed=False)
     panels = sorted({(env, s) for env, _, s in data})
     entries = max(sum((env, v, s) in data for v in labels[env]) for env, s in panels) + 1
     fig, axes = plt.subplots(1, len(panels), figsize=(6 * len(panels), 3.6 + 0.2 * entries),
@@ -221,10 +229,18 @@ def plot(records: List[dict], labels: Labels, path: str, what: str = "test win r
         shown = [(v, lab) for v, lab in labels[env].items() if data.get((env, v, scenario))]
         for k, (variant, label) in enumerate(shown):  # colours: the panel's own variants
             pts = data[(env, variant, scenario)]
-            x = [p[0] for p in pts]
-            right = max(right, x[-1])
-            ax.plot(x, [p[1] for p in pts], color=f"C{k}", label=label)
-            ax.fill_between(x, [p[2] for p in pts], [p[3] for p in pts], color=f"C{k}", alpha=0.2)
+            right = max(right, pts[-1][0])
+            full = sum(p[4] == pts[0][4] for p in pts)  # every seed's evaluations come first
+            if full < len(pts):
+                label += f" ({pts[full][4]} of {pts[0][4]} seeds from {pts[full][0] / 1000:,.0f}k)"
+            for part, style in ((pts[:full], "-"), (pts[max(full - 1, 0):], ":")):
+                if len(part) < 2 and style == ":":
+                    continue
+                x = [p[0] for p in part]
+                ax.plot(x, [p[1] for p in part], style, color=f"C{k}",
+                        label=label if style == "-" or full == 0 else None)
+                ax.fill_between(x, [p[2] for p in part], [p[3] for p in part], color=f"C{k}",
+                                alpha=0.2 if style == "-" else 0.1)
         paper = PAPER_CURVES.get((env, scenario))
         if paper:  # up to the first point past our curves
             shown = [p for p in paper if p[0] <= right] + [p for p in paper if p[0] > right][:1]
