@@ -231,16 +231,16 @@ def plot(records: List[dict], labels: Labels, path: str, what: str = "test win r
             pts = data[(env, variant, scenario)]
             right = max(right, pts[-1][0])
             full = sum(p[4] == pts[0][4] for p in pts)  # every seed's evaluations come first
-            if full < len(pts):
+            parts = [(pts[:full], "-", 0.2)]
+            if full < len(pts):  # the rest, dotted, joined to the last point of every seed
                 label += f" ({pts[full][4]} of {pts[0][4]} seeds from {pts[full][0] / 1000:,.0f}k)"
-            for part, style in ((pts[:full], "-"), (pts[max(full - 1, 0):], ":")):
-                if len(part) < 2 and style == ":":
-                    continue
+                parts.append((pts[full - 1:], ":", 0.1))
+            for part, style, alpha in parts:
                 x = [p[0] for p in part]
                 ax.plot(x, [p[1] for p in part], style, color=f"C{k}",
-                        label=label if style == "-" or full == 0 else None)
+                        label=label if style == "-" else None)
                 ax.fill_between(x, [p[2] for p in part], [p[3] for p in part], color=f"C{k}",
-                                alpha=0.2 if style == "-" else 0.1)
+                                alpha=alpha)
         paper = PAPER_CURVES.get((env, scenario))
         if paper:  # up to the first point past our curves
             shown = [p for p in paper if p[0] <= right] + [p for p in paper if p[0] > right][:1]
