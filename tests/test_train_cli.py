@@ -3,6 +3,7 @@ import csv
 import dataclasses
 import json
 import os
+import subprocess
 
 import pytest
 import torch
@@ -10,6 +11,7 @@ import torch
 from acegnn.algos.trainer import WALL_CLOCK_COLUMNS
 from acegnn.cli import main
 from acegnn.config import load_config
+from acegnn.utils.provenance import code_version, commits, record_session, sessions
 
 CONFIG = os.path.join(os.path.dirname(__file__), "..", "configs", "spiders_fly_5x5.yaml")
 TINY = ["train.total_samples=1536", "train.samples_per_collect=256", "train.batch_size=32",
@@ -129,6 +131,42 @@ def test_resume_gives_the_same_result(tmp_path):
     # the run's wall-clock adds the sessions up (the bench reports it per run)
     second = torch.load(cut / "checkpoint.pt", weights_only=True)["wall_s"]
     assert 0 < first < second
+    # each session of the run names the code that trained it, from where it began
+    head = subprocess.run(["git", "-C", os.path.dirname(CONFIG), "rev-parse", "HEAD"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    lines = sessions(str(cut))
+    assert [s["samples"] for s in lines] == [0, 512]  # resumed from the 512 checkpoint
+    assert {s["commit"] for s in lines} == {head} and len(head) == 40
+    assert sessions(str(tmp_path / "full"))[0]["samples"] == 0
+
+
+def test_code_version_names_the_commit_and_whether_tracked_files_differ(tmp_path):
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    git = ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run([*git, "init", "-q"], check=True)
+    (repo / "a.py").write_text("x = 1\n")
+    subprocess.run([*git, "add", "a.py"], check=True)
+    subprocess.run([*git, "commit", "-q", "-m", "a"], check=True)
+    head = subprocess.run([*git, "rev-parse", "HEAD"], capture_output=True, text=True,
+                          check=True).stdout.strip()
+    (repo / "new.py").write_text("")  # untracked: not a change to the code that ran
+    clean = code_version(str(repo))
+    assert (clean["commit"], clean["dirty"]) == (head, False)
+    (repo / "a.py").write_text("x = 2\n")
+    assert code_version(str(repo))["dirty"] is True
+    outside = tmp_path / "plain"
+    outside.mkdir()
+    assert (code_version(str(outside))["commit"], code_version(str(outside))["dirty"]) == \
+        (None, None)
+    run = tmp_path / "run"
+    run.mkdir()
+    record_session(str(run), 0, str(repo))
+    record_session(str(run), 512, str(repo))
+    record_session(str(run), 1024, str(outside))
+    assert [s["samples"] for s in sessions(str(run))] == [0, 512, 1024]
+    assert commits(str(run)) == [head + "+modified", "unknown"]
+    assert commits(str(outside)) == []  # a run older than the record
 
 
 def test_existing_run_is_not_overwritten(tmp_path, capsys):

@@ -42,6 +42,7 @@ from acegnn.envs.base import (EvalResult, ExactEvaluation, Policy, VecTask, eval
                               named_policies)
 from acegnn.utils.heap import keep_freed_memory
 from acegnn.utils.logger import Logger
+from acegnn.utils.provenance import commits, record_session
 
 
 @dataclass
@@ -411,6 +412,7 @@ class TrainingLoop(abc.ABC):
         successful evaluation; returns the run's summary."""
         cfg = self.cfg
         self.logger = Logger(self.run_dir, resume_step=self.samples if self.loaded else None)
+        record_session(self.run_dir, self.samples)
         self._announce()
         bar = None
         if cfg.progress and not self._stopped():
@@ -494,7 +496,8 @@ class TrainingLoop(abc.ABC):
                 # this session's rate; None when it collected nothing (a finished run resumed)
                 "env_steps_per_s": collected / max(wall, 1e-9) if collected else None,
                 **{f"time_{part}_s": s for part, s in spent.items()},
-                **{f"eval_{k}": v for k, v in self.last_eval.items()}}
+                **{f"eval_{k}": v for k, v in self.last_eval.items()},
+                "commits": commits(self.run_dir)}
 
 
 class _Abandoned(Exception):
