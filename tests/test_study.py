@@ -137,6 +137,12 @@ def test_every_named_variant_loads_with_its_overrides():
     probe = grf["ace_official_probe"]
     assert load_config(grf["ace_official_probe_wide"].config, backend=False) == load_config(
         probe.config, [*probe.overrides, "model.passive_width=2432"], backend=False)
+    # the 2s3z config is the variant its runs were trained as, on their map and budget
+    layered = catalogue("smax")["ace_rec_layers2_cosine300k"]
+    assert load_config(os.path.join(ROOT, "configs", "smax_2s3z_recommended.yaml"),
+                       backend=False) == load_config(
+        layered.config, [*layered.overrides, "env.scenario=2s3z", "train.total_samples=300000"],
+        backend=False)
     ablations = load_study(os.path.join(ROOT, "configs", "studies", "smax_ablations.yaml"))
     assert ablations.variants["ace_wo_ia"] == catalogue("smax")["ace_wo_ia"]
     assert ablations.variants["ace_wo_ia"].overrides == ("model.passive=false",)
