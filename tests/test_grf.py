@@ -684,21 +684,40 @@ def test_the_paper_configs_hold_the_papers_rules():
 OFFICIAL = {"env.sticky_features": True, "algo.lr_schedule": "cosine", "algo.lr_min": 2e-5,
             "algo.lr_decay_updates": 5000, "algo.grad_clip": 50.0, "algo.nstep": 9,
             "algo.double_q": True, "algo.target": "last_agent", "algo.aux_weight": 100.0,
-            "algo.optimizer_eps": 1e-5, "model.pool": "mean_max", "model.layers": 2}
+            "algo.optimizer_eps": 1e-5, "algo.aux_label_norm": True,
+            "algo.aux_class_balance": True, "model.pool": "mean_max", "model.layers": 2}
+#: Where the official counterattack config (exp/grf/academy_counterattack_hard/config.py)
+#: differs from its 3 vs 1 one.
+OFFICIAL_COUNTERATTACK = dict(OFFICIAL, **{"algo.nstep": 3, "algo.lr_min": 9e-6,
+                                           "algo.lr_decay_updates": 240_000,
+                                           "algo.grad_clip": 500_000.0})
+#: The recommended configs' departures from the official recipe, each named 'ours'.
+OURS = {"env.reward": "cds", "env.time_limit_terminal": False, "env.sticky_features": False,
+        "algo.optimizer_eps": 1e-8, "algo.aux_label_norm": False,
+        "algo.aux_class_balance": False, "model.passive_width": 2432}
 
 
-def test_the_official_recipe_is_the_paper_config_plus_its_departures():
+@pytest.mark.parametrize("paper,official,departures,label", [
+    ("grf_3_vs_1_with_keeper", "grf_3_vs_1_with_keeper_official", OFFICIAL, "official"),
+    ("grf_counterattack_hard", "grf_counterattack_hard_official", OFFICIAL_COUNTERATTACK,
+     "official"),
+    ("grf_3_vs_1_with_keeper_official", "grf_3_vs_1_with_keeper_recommended", OURS, "ours"),
+    ("grf_counterattack_hard_official", "grf_counterattack_hard_recommended", OURS, "ours")])
+def test_each_football_recipe_is_its_base_plus_its_labelled_departures(paper, official,
+                                                                       departures, label):
+    """The official recipes depart from the paper's table, and the recommended configs from
+    the official recipes, in exactly the keys listed, each commented with who chose it."""
     from reference import config_leaves
 
     from acegnn.config import load_config
 
-    paper = config_leaves(load_config(os.path.join(ROOT, "configs/grf_3_vs_1_with_keeper.yaml")))
-    path = os.path.join(ROOT, "configs/grf_3_vs_1_with_keeper_official.yaml")
-    official = config_leaves(load_config(path))
-    assert {k: v for k, v in official.items() if v != paper[k]} == OFFICIAL
+    base = config_leaves(load_config(os.path.join(ROOT, f"configs/{paper}.yaml")))
+    path = os.path.join(ROOT, f"configs/{official}.yaml")
+    leaves = config_leaves(load_config(path))
+    assert {k: v for k, v in leaves.items() if v != base[k]} == departures
     lines = {ln.split(":")[0].strip(): ln for ln in open(path).read().splitlines()}
-    for key in OFFICIAL:
-        assert "official" in lines[key.split(".")[1]], key
+    for key in departures:
+        assert label in lines[key.split(".")[1]].split("#")[1], key
 
 
 @pytest.mark.parametrize("config", ["grf_3_vs_1_with_keeper.yaml",
