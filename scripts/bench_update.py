@@ -29,6 +29,7 @@ import json
 import statistics
 import tempfile
 import time
+from typing import Callable, Dict
 
 import torch
 
@@ -39,6 +40,7 @@ from acegnn.config import load_config
 from acegnn.run import make_learner, make_task
 from acegnn.nn.rollout import sequential_rollout
 from acegnn.utils.heap import keep_freed_memory
+from acegnn.utils.phases import PhaseClock
 
 
 def _all_values(*args, **kwargs):
@@ -53,6 +55,24 @@ def minor_faults() -> int:
     except ImportError:  # Windows
         return 0
     return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+
+
+def step_phases(step: Callable[[], object], n: int, clock: Callable[[], float],
+                wait: Callable[[], None]) -> Dict[str, float]:
+    """Mean ms per step of each phase of ``n`` calls of ``step`` (acegnn.utils.phases), of
+    the whole step (``step``) and of what lies outside every top-level phase (``rest``).
+    ``aux_loss`` runs outside the others; none of the phases nest in the learners here."""
+    with PhaseClock(clock, wait) as phases:
+        wait()
+        t0 = clock()
+        for _ in range(n):
+            step()
+        wait()
+        total = clock() - t0
+    out = {k: v / n * 1e3 for k, v in phases.totals.items()}
+    out["rest"] = (total - sum(phases.totals.values())) / n * 1e3
+    out["step"] = total / n * 1e3
+    return out
 
 
 class SavedBatch:
@@ -84,6 +104,10 @@ def main(argv=None) -> dict:
                    help="also profile N loop steps with torch.profiler and print the "
                         "operators that took the most time, with FLOP counts")
     p.add_argument("--profile-rows", type=int, default=25)
+    p.add_argument("--phases", type=int, default=0, metavar="N",
+                   help="also time N loop steps phase by phase with the timing clock "
+                        "(acegnn.utils.phases; no profiler) and print each phase's mean ms "
+                        "and share of the step")
     p.add_argument("--save-batch", metavar="FILE", help="save the timed batch (and what builds "
                    "the learner) to FILE")
     p.add_argument("--batch", metavar="FILE", help="time the batch saved in FILE (made with the "
@@ -92,8 +116,9 @@ def main(argv=None) -> dict:
                    "optimiser state) of a run's checkpoint, made with the same config: a "
                    "trained network's update (its denormals, train.flush_denormal)")
     ns = p.parse_args(argv)
-    if ns.batch and (ns.save_batch or ns.profile):
-        p.error("--batch times a saved batch only: no --save-batch or --profile with it")
+    if ns.batch and (ns.save_batch or ns.profile or ns.phases):
+        p.error("--batch times a saved batch only: no --save-batch, --profile or --phases "
+                "with it")
     if ns.cpu_time and ns.threads != 1:
         p.error("--cpu-time sums the CPU time of every thread: use it with --threads 1")
     clock = time.process_time if ns.cpu_time else time.perf_counter
@@ -178,6 +203,11 @@ def main(argv=None) -> dict:
         out["checkpoint_updates"] = loaded_updates
     if device.type == "cuda":
         out["device_name"] = torch.cuda.get_device_name(device)
+    if ns.phases:
+        out["phases_clock_ms"] = step_phases(step, ns.phases, clock, wait)
+        print("phases of a step by the clock (ms, share):", ", ".join(
+            f"{k} {v:.1f} ({v / out['phases_clock_ms']['step']:.0%})"
+            for k, v in out["phases_clock_ms"].items() if k != "step"))
     if ns.profile:
         from torch.profiler import ProfilerActivity, profile
 

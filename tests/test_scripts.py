@@ -190,7 +190,8 @@ def test_bench_collect_times_each_number_of_environments(tmp_path):
 def test_bench_update_prints_timings():
     text = run(["scripts/bench_update.py", "configs/spiders_fly_5x5.yaml", "model.hidden=8",
                 "train.batch_size=16", "train.samples_per_collect=64", "train.learning_starts=64",
-                "--repeats", "1", "--updates", "1", "--compare-all-values", "--profile", "2"])
+                "--repeats", "1", "--updates", "1", "--compare-all-values", "--profile", "2",
+                "--phases", "2"])
     rec = json.loads(text.strip().splitlines()[-1])
     assert rec["batch_size"] == 16 and rec["update_ms"] > 0 and rec["all_values_update_ms"] > 0
     assert rec["step_ms"] > 0 and rec["flop_per_step"] > 0
@@ -199,6 +200,11 @@ def test_bench_update_prints_timings():
     assert set(rec["phases_ms"]) == {"sample", "graphs", "online_values", "targets", "backward",
                                      "optimizer"}
     assert "phases of a step (ms, share): sample" in text
+    # the same phases by the clock, and what lies outside them: together the whole step
+    clocked = rec["phases_clock_ms"]
+    assert set(clocked) == set(rec["phases_ms"]) | {"rest", "step"}
+    assert sum(v for k, v in clocked.items() if k != "step") == pytest.approx(clocked["step"])
+    assert min(clocked.values()) > 0 and "phases of a step by the clock (ms, share): sample" in text
 
 
 def test_bench_update_times_a_saved_batch_where_the_task_is_absent(tmp_path):

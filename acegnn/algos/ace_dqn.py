@@ -46,7 +46,6 @@ from typing import Dict, NamedTuple, Optional, Tuple
 
 import torch
 from torch import Tensor, nn
-from torch.profiler import record_function
 from torch_geometric.data import Batch
 from torch_geometric.utils import scatter
 
@@ -58,6 +57,7 @@ from acegnn.nn.init import init_relu_layers
 from acegnn.nn.rollout import Rollout
 from acegnn.nn.se_state import apply_actions
 from acegnn.nn.selectors import EpsilonGreedy, Forced
+from acegnn.utils.phases import phase
 
 TARGETS = ("eq1", "last_agent")
 
@@ -198,7 +198,7 @@ class ACEDQN(QLearner):
         graphs = self.on_device(graphs)
         boot_graphs = self.on_device(next_graphs if boot_graphs is None else boot_graphs)
         check = self._check()
-        with record_function("phase/online_values"):
+        with phase("online_values"):
             if cfg.double_q and cfg.target == "eq1":  # the online values of every candidate
                 online = self.net.rollout(graphs, order=cfg.order, selector=Forced(actions),
                                           generator=generator, check=check, values="all")
@@ -207,7 +207,7 @@ class ACEDQN(QLearner):
                                                 generator=generator, check=check)
         if online.rank.numel() == 0:
             raise ValueError("no state of the batch has an agent: nothing to learn from")
-        with torch.no_grad(), record_function("phase/targets"):
+        with torch.no_grad(), phase("targets"):
             reward = reward.to(self.device)
             discount = self.bootstrap_discount(terminated, discount)
             if cfg.target == "last_agent":
@@ -340,7 +340,7 @@ class ACEDQN(QLearner):
                 "target_mean": td.target.mean().item()}
         loss = td_loss
         if self.cfg.aux_weight > 0:
-            with record_function("phase/aux_loss"):
+            with phase("aux_loss"):
                 aux = self.aux_loss(td.online, graphs, next_graphs)
             loss = td_loss + self.cfg.aux_weight * aux
             logs["aux_loss"] = aux.item()

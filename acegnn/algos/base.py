@@ -10,8 +10,9 @@ from typing import Dict, Optional
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
-from torch.profiler import record_function
 from torch_geometric.data import Batch
+
+from acegnn.utils.phases import phase
 
 OPTIMIZERS = {"adam": torch.optim.Adam, "rmsprop": torch.optim.RMSprop}
 LOSSES = {"mse": F.mse_loss, "huber": F.smooth_l1_loss}
@@ -215,9 +216,9 @@ class LearnerBase:
             raise FloatingPointError(f"the {what} is {loss.item()}; stopping before the "
                                      f"network is corrupted (lower algo.lr or check rewards)")
         self.optimizer.zero_grad(set_to_none=True)
-        with record_function("phase/backward"):
+        with phase("backward"):
             loss.backward()
-        with record_function("phase/optimizer"):
+        with phase("optimizer"):
             clip = self.cfg.grad_clip if self.cfg.grad_clip > 0 else float("inf")
             grad_norm = torch.nn.utils.clip_grad_norm_(self.net.parameters(), clip)
             lr = self.learning_rate()
@@ -264,7 +265,7 @@ class QLearner(LearnerBase):
     def step(self, loss: Tensor) -> Dict[str, float]:
         """:meth:`gradient_step` on the TD ``loss``, then the target update."""
         out = self.gradient_step(loss, "TD loss")
-        with record_function("phase/optimizer"):
+        with phase("optimizer"):
             self.soft_update()
         return out
 

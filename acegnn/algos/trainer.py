@@ -30,7 +30,6 @@ from typing import Any, Callable, Dict, List, Optional, Protocol, Sequence, Tupl
 
 import torch
 from torch import Tensor
-from torch.profiler import record_function
 from torch_geometric.data import Batch
 
 from acegnn.algos.base import LearnerBase, zero_fraction
@@ -41,6 +40,7 @@ from acegnn.buffers.replay import NStepRows, NStepWindow, ReplayBuffer, ReplaySa
 from acegnn.envs.base import (EvalResult, ExactEvaluation, Policy, VecTask, evaluate_policies,
                               named_policies)
 from acegnn.utils.heap import keep_freed_memory
+from acegnn.utils.phases import phase
 from acegnn.utils.logger import Logger
 from acegnn.utils.provenance import commits, record_session
 
@@ -755,9 +755,9 @@ class Trainer(TrainingLoop):
     def update_once(self) -> Dict[str, float]:
         """One gradient step as the loop takes it: sample the replay, build the batch,
         update."""
-        with record_function("phase/sample"):
+        with phase("sample"):
             sample = self.buffer.sample(self.cfg.batch_size, self.sample_gen)
-        with record_function("phase/graphs"):
+        with phase("graphs"):
             args, nstep = self.batch(sample)
         m = self.learner.update(*args, self.sample_gen, **nstep)
         self.updates += 1
