@@ -134,9 +134,16 @@ def test_every_named_variant_loads_with_its_overrides():
                          "ace_dqn")  # qmix_cds: QMIX
             assert cfg.env.name == env and cfg.algo.name == named, name
     grf = catalogue("grf")
-    probe = grf["ace_official_probe"]
-    assert load_config(grf["ace_official_probe_wide"].config, backend=False) == load_config(
+    probe, wide = grf["ace_official_probe"], grf["ace_official_probe_wide"]
+    assert load_config(wide.config, list(wide.overrides), backend=False) == load_config(
         probe.config, [*probe.overrides, "model.passive_width=2432"], backend=False)
+    # the recommended football config is the variant whose five seeds made it so
+    assert load_config(os.path.join(ROOT, "configs", "grf_3_vs_1_with_keeper_recommended.yaml"),
+                       backend=False) == load_config(
+        wide.config, [*wide.overrides, "algo.lr_decay_updates=8000"], backend=False)
+    decay = grf["ace_official_probe_wide_decay8k"]
+    assert load_config(decay.config, list(decay.overrides), backend=False) == load_config(
+        wide.config, [*wide.overrides, "algo.lr_decay_updates=8000"], backend=False)
     # the 2s3z config is the variant its runs were trained as, on their map and budget
     layered = catalogue("smax")["ace_rec_layers2_cosine300k"]
     assert load_config(os.path.join(ROOT, "configs", "smax_2s3z_recommended.yaml"),
