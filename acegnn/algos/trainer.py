@@ -40,8 +40,8 @@ from acegnn.buffers.replay import NStepRows, NStepWindow, ReplayBuffer, ReplaySa
 from acegnn.envs.base import (EvalResult, ExactEvaluation, Policy, VecTask, evaluate_policies,
                               named_policies)
 from acegnn.utils.heap import keep_freed_memory
-from acegnn.utils.phases import phase
 from acegnn.utils.logger import Logger
+from acegnn.utils.phases import phase
 from acegnn.utils.provenance import commits, record_session
 
 
