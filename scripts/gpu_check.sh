@@ -76,9 +76,9 @@ train_config=${TRAIN_CONFIG:-configs/smax_5m_vs_6m.yaml}
 rm -rf "$out/runs/smax_5m_vs_6m_cuda"
 part train python3 -m acegnn.cli train "$train_config" train.device=$device ${TRAIN_ARGS:-} \
     "train.max_minutes=$minutes" train.progress=false "run.dir=$out/runs" run.name=smax_5m_vs_6m_cuda
-python3 - "$out" <<'EOF'
+python3 - "$out" "$device" <<'EOF'
 import json, sys
-out = sys.argv[1]
+out, device = sys.argv[1:]
 for line in open(f"{out}/bench.jsonl"):
     r = json.loads(line)
     times = ", ".join(f"{k} {r[k]:.1f}" for k in ("update_ms", "step_ms") if k in r)
@@ -86,7 +86,7 @@ for line in open(f"{out}/bench.jsonl"):
 lines = [ln for ln in open(f"{out}/train.log") if ln.startswith("{")]
 if lines:
     s = json.loads(lines[-1])
-    print(f"SMAX 5m_vs_6m on the GPU: {s['samples']} environment steps, {s['updates']} updates "
+    print(f"SMAX 5m_vs_6m on {device}: {s['samples']} environment steps, {s['updates']} updates "
           f"in {s['wall_s']:.0f} s: {s['env_steps_per_s']:.1f} environment steps/s of training "
           f"(collect {s['time_collect_s']:.0f} s, learn {s['time_learn_s']:.0f} s, "
           f"eval {s['time_eval_s']:.0f} s)")

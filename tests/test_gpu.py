@@ -64,6 +64,12 @@ def case(name):
     return os.path.join(CONFIGS, path), [*SMALL, *overrides]
 
 
+#: columns that are counts over a threshold, not sums: a weight within rounding of it can
+#: fall on either side under the GPU's order of summation (spiders_ace_ppo on an H200,
+#: 2026-12-04: 0.011205 of the weights at most 1e-6 in magnitude against the CPU's 0.011036)
+TOLERANCE = {"zero_weights": 1e-3}
+
+
 def first_update_row(run_dir):
     with open(os.path.join(run_dir, "train.csv"), newline="") as f:
         rows = [r for r in csv.DictReader(f) if r.get("updates") not in (None, "", "0")]
@@ -80,7 +86,7 @@ def test_trains_on_the_device_and_its_first_round_matches_the_cpu(tmp_path, name
     cpu, dev = first_update_row(tmp_path / "cpu"), first_update_row(tmp_path / "device")
     assert set(cpu) == set(dev) and cpu["updates"] >= 1
     for key in cpu:  # losses of the same data through the same weights
-        assert dev[key] == pytest.approx(cpu[key], rel=1e-3, abs=1e-4), key
+        assert dev[key] == pytest.approx(cpu[key], rel=1e-3, abs=TOLERANCE.get(key, 1e-4)), key
     with open(tmp_path / "device" / "eval.csv") as f:
         assert len(f.read().splitlines()) == 2  # header and the evaluation at the end
 
