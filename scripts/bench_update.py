@@ -18,6 +18,7 @@ timed on a GPU machine without it.
     python scripts/bench_update.py configs/spiders_fly_5x5_baselines.yaml algo.name=qmix
     python scripts/bench_update.py configs/smax_5m_vs_6m.yaml train.device=cuda
     python scripts/bench_update.py configs/smax_5m_vs_6m.yaml train.compile=true
+    python scripts/bench_update.py configs/smax_5m_vs_6m.yaml --count-ops
     python scripts/bench_update.py configs/grf_3_vs_1_with_keeper_recommended.yaml --checkpoint RUN
     python scripts/bench_update.py configs/grf_3_vs_1_with_keeper.yaml --save-batch grf.pt
     python scripts/bench_update.py configs/grf_3_vs_1_with_keeper.yaml train.device=cuda --batch grf.pt
@@ -40,6 +41,7 @@ from acegnn.config import load_config
 from acegnn.run import make_learner, make_task
 from acegnn.nn.rollout import sequential_rollout
 from acegnn.utils.heap import keep_freed_memory
+from acegnn.utils.opcount import OpCounter
 from acegnn.utils.phases import PhaseClock
 
 
@@ -108,6 +110,9 @@ def main(argv=None) -> dict:
                    help="also time N loop steps phase by phase with the timing clock "
                         "(acegnn.utils.phases; no profiler) and print each phase's mean ms "
                         "and share of the step")
+    p.add_argument("--count-ops", action="store_true", help="count the operators one call of "
+                   "each timing dispatches, the kernels among them and the host-device syncs "
+                   "(acegnn.utils.opcount): what bounds a small update on a GPU")
     p.add_argument("--save-batch", metavar="FILE", help="save the timed batch (and what builds "
                    "the learner) to FILE")
     p.add_argument("--batch", metavar="FILE", help="time the batch saved in FILE (made with the "
@@ -191,6 +196,13 @@ def main(argv=None) -> dict:
             wait()
             times[key].append((clock() - t0) / ns.updates * 1e3)
             faults[key] += (minor_faults() - f0) / ns.updates / ns.repeats
+    if ns.count_ops:
+        ops = {}
+        for key, (fn, rollout) in modes.items():
+            ace_module.sequential_rollout = rollout
+            with OpCounter() as counter:
+                fn()
+            ops[key.replace("_ms", "")] = counter.summary()
     ace_module.sequential_rollout = sequential_rollout
     out = {"config": ns.config, "overrides": ns.overrides, "algo": cfg.algo.name,
            "batch_size": cfg.train.batch_size, "threads": ns.threads, "device": str(device),
@@ -199,6 +211,11 @@ def main(argv=None) -> dict:
            "keep_heap": cfg.train.keep_heap,
            "page_faults": {k.replace("_ms", ""): v for k, v in faults.items()},
            "clock": "cpu" if ns.cpu_time else "wall"}
+    if ns.count_ops:
+        out["ops"] = ops
+        for key, c in ops.items():
+            print(f"{key}: {c['dispatched']} operators dispatched, {c['kernels']} kernels, "
+                  f"{c['syncs']} host-device syncs ({c['sync_ops']})")
     if ns.checkpoint:
         out["checkpoint_updates"] = loaded_updates
     if device.type == "cuda":

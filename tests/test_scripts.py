@@ -191,7 +191,7 @@ def test_bench_update_prints_timings():
     text = run(["scripts/bench_update.py", "configs/spiders_fly_5x5.yaml", "model.hidden=8",
                 "train.batch_size=16", "train.samples_per_collect=64", "train.learning_starts=64",
                 "--repeats", "1", "--updates", "1", "--compare-all-values", "--profile", "2",
-                "--phases", "2"])
+                "--phases", "2", "--count-ops"])
     rec = json.loads(text.strip().splitlines()[-1])
     assert rec["batch_size"] == 16 and rec["update_ms"] > 0 and rec["all_values_update_ms"] > 0
     assert rec["step_ms"] > 0 and rec["flop_per_step"] > 0
@@ -205,6 +205,12 @@ def test_bench_update_prints_timings():
     assert set(clocked) == set(rec["phases_ms"]) | {"rest", "step"}
     assert sum(v for k, v in clocked.items() if k != "step") == pytest.approx(clocked["step"])
     assert min(clocked.values()) > 0 and "phases of a step by the clock (ms, share): sample" in text
+    # the operators of one call of each timing: a step samples and builds before it updates
+    ops = rec["ops"]
+    assert set(ops) == {"update", "step", "all_values_update"}
+    assert 0 < ops["update"]["kernels"] < ops["update"]["dispatched"] < ops["step"]["dispatched"]
+    assert ops["update"]["syncs"] == sum(ops["update"]["sync_ops"].values()) > 0
+    assert "update: %d operators dispatched" % ops["update"]["dispatched"] in text
 
 
 def test_bench_update_times_a_saved_batch_where_the_task_is_absent(tmp_path):
