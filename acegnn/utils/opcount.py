@@ -4,8 +4,9 @@ for the device.
 On a GPU a small update is bound by its launches and its waits, not its arithmetic: every
 operator that is not a view launches a kernel, and every operator whose result the host
 must read (``.item()``, ``bool(t)``, ``nonzero``, boolean indexing, ``unique``) stops the
-host until the device has caught up. Both counts are the same on a CPU, so they can be
-followed where no GPU is at hand (``scripts/bench_update.py --count-ops``).
+host until the device has caught up. Both can be counted on a CPU, where no GPU is at hand
+(``scripts/bench_update.py --count-ops``). Where PyTorch picks a path by device (the
+optimiser's ``foreach`` loop is the GPU's default), the counts are the CPU path's.
 
     with OpCounter() as ops:
         learner.update(*batch)
