@@ -8,6 +8,7 @@ Engine processes cost about a second each to start; the tests share a few games.
 import importlib
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -328,6 +329,41 @@ def test_the_same_seed_plays_the_same_episode():
 
     a, b = run(5), run(5)
     np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("scenario", ["academy_3_vs_1_with_keeper", "academy_counterattack_hard"])
+def test_the_lean_observations_are_gfootballs_own(monkeypatch, scenario):
+    """The game with lean_observations plays the same steps, bit for bit, as with
+    gfootball's own observation path, through episode ends and resets."""
+    from acegnn.envs.grf import engine
+
+    def play(lean):
+        if not lean:
+            monkeypatch.setattr(engine, "lean_observations", lambda env: None)
+        game = Game(scenario, seed=3, reward="cds", time_limit=60)
+        monkeypatch.undo()
+        assert (type(game.env.unwrapped).__name__ == "LeanFootballEnv") == lean
+        rng = np.random.default_rng(1)
+        steps, raw = [], []
+        try:
+            for _ in range(240):
+                acts = [int(rng.choice(np.flatnonzero(a))) for a in game.avail]
+                steps.append(game.step(acts))
+                raw.append(game.env.unwrapped.observation())
+        finally:
+            game.close()
+        return steps, raw
+
+    (lean, lean_raw), (own, own_raw) = play(True), play(False)
+    assert sum(s.terminated or s.truncated for s in own) >= 3  # episodes ended and reset
+    for a, b in zip(lean, own):
+        for x, y in zip(a, b):
+            np.testing.assert_array_equal(x, y)
+    for a, b in zip(lean_raw, own_raw):
+        assert len(a) == len(b) and [sorted(o) for o in a] == [sorted(o) for o in b]
+        for oa, ob in zip(a, b):
+            for k in oa:
+                np.testing.assert_array_equal(np.asarray(oa[k]), np.asarray(ob[k]), err_msg=k)
 
 
 # Graphs ------------------------------------------------------------------------------------
@@ -786,3 +822,15 @@ def test_bench_grf_quick_reports_every_figure(tmp_path, backend, engines):
     assert len(res["records"]) == 4 and res["rounds"] == 1
     assert "ACE acting, all rounds" in text and "projected, free cores" in text
     assert res["backend"] == backend and f"engines as {engines}," in text
+
+
+def test_bench_grf_game_times_both_observation_paths():
+    text = subprocess.run([sys.executable, "scripts/bench_grf_game.py", "--steps", "30",
+                           "--rounds", "1"], cwd=ROOT, capture_output=True, text=True,
+                          check=True, env=dict(os.environ, OMP_NUM_THREADS="1")).stdout
+    rows = {m[1]: [float(x) for x in m.groups()[1:]] for m in re.finditer(
+        r"^  (.+?) +([\d.]+) \(engine's C\+\+ step ([\d.]+), the rest (-?[\d.]+)\)$", text, re.M)}
+    assert set(rows) == {"gfootball's own", "lean"}
+    for cpu, engine, rest in rows.values():
+        assert cpu > 0 and 0 < engine < cpu and rest == pytest.approx(cpu - engine, abs=2e-3)
+    assert "lean / own:" in text

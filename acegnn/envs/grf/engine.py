@@ -163,6 +163,55 @@ def available_actions(owns: np.ndarray, team: int, sticky: np.ndarray,
     return avail
 
 
+def lean_observations(env: Any) -> None:
+    """Make gfootball's ``FootballEnv`` ``env`` hand out its observations without the work
+    a game of ours throws away, in place: the same values, about 0.7 ms less CPU a step
+    (docs/grf.md, "Throughput").
+
+    gfootball's own path deep-copies the engine's observation twice a step and every
+    exposed field once per controlled player, and rotates it for the right team even when
+    no agent plays there (``reverse_team_processing``). Here every player's observation
+    refers to the engine's arrays, which gfootball builds anew each step and nothing of
+    ours writes to. Only for an environment whose one player is our agent on the left;
+    any other is left as it is.
+    """
+    from gfootball.env import constants
+    from gfootball.env.football_env import FootballEnv
+
+    class LeanFootballEnv(FootballEnv):
+        def _convert_observations(self, original, player, left_position, right_position):
+            controlled = original["left_agent_controlled_player"]
+            sticky = original["left_agent_sticky_actions"]
+            out = []
+            for x in range(player.num_controlled_left_players()):
+                o = {v: original[v] for v in constants.EXPOSED_OBSERVATIONS}
+                o["designated"] = original["left_team_designated_player"]
+                if left_position + x < len(controlled):
+                    o["active"] = controlled[left_position + x]
+                    o["sticky_actions"] = np.array(sticky[left_position + x])
+                else:
+                    o["active"], o["sticky_actions"] = -1, []
+                if "frame" in original:
+                    o["frame"] = original["frame"]
+                out.append(o)
+            return out
+
+        def observation(self):
+            if not self._cached_observation:
+                self._cached_observation = self._convert_observations(
+                    self._env._observation, self._agent, self._agent_left_position,
+                    self._agent_right_position)
+            return self._cached_observation
+
+        def _get_actions(self):  # the agent's actions are all there is to gather
+            return self._action_to_list(self._agent.take_action(None))
+
+    agent = getattr(env, "_agent", None)
+    if (type(env) is FootballEnv and agent is not None and env._players == [agent]
+            and agent.num_controlled_right_players() == 0):
+        env.__class__ = LeanFootballEnv
+
+
 class Game:
     """One gfootball game of a scenario, with the task's rules (module docstring).
 
@@ -202,6 +251,7 @@ class Game:
             other_config_options={"action_set": "v2", "reverse_team_processing": reverse},
             render=False, write_video=False, write_goal_dumps=False,
             write_full_episode_dumps=False)
+        lean_observations(self.env.unwrapped)
         self.t = 0
         self.reset()
 
