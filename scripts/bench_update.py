@@ -158,6 +158,8 @@ def main(argv=None) -> dict:
         loaded_updates = learner.num_updates  # the run's gradient steps
     if ns.batch and cfg.train.compile:  # the Trainer switches them on otherwise
         learner.use_compiled(True)
+    if ns.batch and cfg.train.compile_optimizer:
+        learner.compile_optimizer()
     torch.set_flush_denormal(cfg.train.flush_denormal)  # as a training session does
     if cfg.train.keep_heap:
         keep_freed_memory()

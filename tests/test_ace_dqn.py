@@ -139,6 +139,40 @@ def test_cosine_learning_rate_schedule_and_its_checkpoint():
     assert learner().update(*batch)["lr"] == 5e-4  # constant by default
 
 
+@pytest.mark.parametrize("optimizer", ["rmsprop", "adam"])
+def test_the_compiled_optimizer_steps_as_the_eager_one_through_a_schedule(optimizer):
+    """``train.compile_optimizer``: five updates under a cosine rate give the eager
+    optimiser's weights to float rounding, with one compilation for every rate; the
+    checkpoint keeps the rate as a float and resumes in an eager learner."""
+    from torch._dynamo.utils import counters
+
+    algo = dict(optimizer=optimizer, lr=1e-2, weight_decay=1e-3, lr_schedule="cosine",
+                lr_min=1e-3, lr_decay_updates=4, grad_clip=1.0)
+    batch = (spiders_fly_graphs(S, GRID), ACTIONS, REWARD, TERMINATED,
+             spiders_fly_graphs(S_NEXT, GRID))
+    eager, compiled = learner(**algo), learner(**algo)
+    compiled.compile_optimizer()
+    torch._dynamo.reset()
+    counters.clear()
+    rates = []
+    for _ in range(5):
+        rates.append(eager.update(*batch)["lr"])
+        assert compiled.update(*batch)["lr"] == rates[-1]
+    assert len(set(rates)) == 5  # 1e-2, three on the way down, then 1e-3
+    assert counters["stats"]["unique_graphs"] == 1  # the rate changes without a recompile
+    moved = 0.0
+    for e, c, p0 in zip(eager.net.parameters(), compiled.net.parameters(),
+                        learner(**algo).net.parameters()):
+        assert torch.allclose(c, e, rtol=1e-5, atol=1e-6)
+        moved = max(moved, (e - p0).abs().max().item())
+    assert moved > 1e-3  # the updates did move the weights
+    state = compiled.state_dict()
+    assert all(type(g["lr"]) is float for g in state["optimizer"]["param_groups"])
+    resumed = learner(**algo)
+    resumed.load_state_dict(state)
+    assert resumed.update(*batch)["lr"] == pytest.approx(1e-3)
+
+
 @pytest.mark.parametrize("eps", [1e-8, 1e-5])
 def test_optimizer_eps_sets_how_fast_weight_decay_shrinks_a_weight_without_gradient(eps):
     # One RMSprop step with no gradient from the loss: g = wd w, v = (1 - 0.99) g^2,

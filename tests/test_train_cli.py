@@ -440,14 +440,33 @@ def test_compiled_kernels_train_as_the_plain_ones(tmp_path, monkeypatch):
     assert train(tmp_path, "compiled", "train.compile=true") == 0
     assert set(value_head._COMPILED) == {value_head.gathered_pre, value_head.pooled_values,
                                          value_head.dense_pool_stats}  # layers 3, one size
+    assert_same_logs_to_rounding(tmp_path / "plain", tmp_path / "compiled")
+
+
+def assert_same_logs_to_rounding(a, b):
     for name in ("train.csv", "eval.csv"):
-        a, b = read_csv(tmp_path / "plain" / name), read_csv(tmp_path / "compiled" / name)
-        assert [r.keys() for r in a] == [r.keys() for r in b]
-        for ra, rb in zip(a, b):
+        ra_rows, rb_rows = read_csv(a / name), read_csv(b / name)
+        assert [r.keys() for r in ra_rows] == [r.keys() for r in rb_rows]
+        for ra, rb in zip(ra_rows, rb_rows):
             for k in ra:
                 if k != "zero_weights":
                     assert float(ra[k] or "nan") == pytest.approx(float(rb[k] or "nan"), rel=1e-4,
                                                                    abs=1e-6, nan_ok=True), (name, k)
+
+
+def test_the_compiled_optimizer_trains_as_the_eager_one(tmp_path, monkeypatch):
+    """``train.compile_optimizer=true`` steps the optimiser through ``torch.compile``
+    and logs what the eager run logs, to float rounding."""
+    from acegnn.algos.base import LearnerBase
+
+    compiled = []
+    real = LearnerBase.compile_optimizer
+    monkeypatch.setattr(LearnerBase, "compile_optimizer",
+                        lambda self: compiled.append(self) or real(self))
+    assert train(tmp_path, "plain") == 0
+    assert train(tmp_path, "compiled", "train.compile_optimizer=true") == 0
+    assert len(compiled) == 1 and compiled[0]._compiled_step is not None
+    assert_same_logs_to_rounding(tmp_path / "plain", tmp_path / "compiled")
 
 
 def test_compile_needs_ace_value_heads(tmp_path, capsys):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import copy
 import math
 from dataclasses import dataclass
-from typing import Dict, Optional
+from typing import Callable, Dict, Optional
 
 import torch
 import torch.nn.functional as F
@@ -167,6 +167,8 @@ class LearnerBase:
             self.net.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay, eps=cfg.optimizer_eps)
         self.num_updates = 0
         self._checked = False  # inputs are validated until one batch has passed
+        self._compiled_step: Optional[Callable[[], object]] = None  # compile_optimizer
+        self._lr_tensor: Optional[Tensor] = None
 
     def _check(self) -> bool:
         """True for the first batch only: validate it against the schema. A task's later
@@ -199,6 +201,15 @@ class LearnerBase:
         return sum(use_compiled(net, on) for net in (self.net, getattr(self, "target_net", None))
                    if isinstance(net, nn.Module))
 
+    def compile_optimizer(self) -> None:
+        """Step the optimiser through ``torch.compile`` from now on
+        (``train.compile_optimizer``): its update of each parameter becomes one fused
+        pass over the weight, its gradient and its statistics, instead of one pass per
+        operation. The same weights to float rounding; the learning rate is handed over as
+        a tensor, so a schedule does not recompile it."""
+        self._lr_tensor = torch.tensor(float(self.learning_rate()), device=self.device)
+        self._compiled_step = torch.compile(self.optimizer.step)
+
     def learning_rate(self) -> float:
         """The learning rate of the next gradient step (the config's schedule, if any)."""
         schedule = getattr(self.cfg, "learning_rate", None)
@@ -222,14 +233,24 @@ class LearnerBase:
             clip = self.cfg.grad_clip if self.cfg.grad_clip > 0 else float("inf")
             grad_norm = torch.nn.utils.clip_grad_norm_(self.net.parameters(), clip)
             lr = self.learning_rate()
-            for group in self.optimizer.param_groups:
-                group["lr"] = lr
-            self.optimizer.step()
+            if self._compiled_step is None:
+                for group in self.optimizer.param_groups:
+                    group["lr"] = lr
+                self.optimizer.step()
+            else:
+                self._lr_tensor.fill_(lr)
+                for group in self.optimizer.param_groups:
+                    group["lr"] = self._lr_tensor
+                self._compiled_step()
             self.num_updates += 1
         return {"grad_norm": grad_norm.item(), "lr": lr}
 
     def state_dict(self) -> Dict:
-        return {"net": self.net.state_dict(), "optimizer": self.optimizer.state_dict(),
+        optimizer = self.optimizer.state_dict()
+        for group in optimizer["param_groups"]:  # compile_optimizer's tensor, saved as eager's float
+            if isinstance(group["lr"], Tensor):
+                group["lr"] = group["lr"].item()
+        return {"net": self.net.state_dict(), "optimizer": optimizer,
                 "num_updates": self.num_updates}
 
     def load_state_dict(self, state: Dict) -> None:
