@@ -107,10 +107,10 @@ class TrainConfig:
     compile_optimizer: bool = False
     """Step the optimiser through ``torch.compile`` (every learner;
     :meth:`acegnn.algos.base.LearnerBase.compile_optimizer`): one fused pass per
-    parameter instead of one per operation. The same weights to float rounding (about
-    1e-7 apart after 30 updates); on CPU 41 against 7 ms an RMSprop step of the
-    recommended football config's 6.2M weights, after a compilation of about 40 s at the
-    start of each session (docs/benchmarks.md)."""
+    parameter instead of one per operation. The same weights to float rounding; on CPU
+    the recommended football config's optimiser phase (RMSprop over 6.2M weights, the
+    gradient clip and the target update) took half the time, after a compilation of
+    about 40 s at the start of each session (docs/benchmarks.md)."""
     flush_denormal: bool = True
     """Flush denormal floats to zero while training (``torch.set_flush_denormal``, on
     the training thread). Weights and RMSprop statistics that decay towards zero become
