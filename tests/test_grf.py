@@ -331,18 +331,22 @@ def test_the_same_seed_plays_the_same_episode():
     np.testing.assert_array_equal(a, b)
 
 
-@pytest.mark.parametrize("scenario", ["academy_3_vs_1_with_keeper", "academy_counterattack_hard"])
-def test_the_lean_observations_are_gfootballs_own(monkeypatch, scenario):
+@pytest.mark.parametrize("scenario,seed,reverse", [("academy_3_vs_1_with_keeper", 3, True),
+                                                   ("academy_3_vs_1_with_keeper", 1, False),
+                                                   ("academy_counterattack_hard", 3, True)])
+def test_the_lean_observations_are_gfootballs_own(monkeypatch, scenario, seed, reverse):
     """The game with lean_observations plays the same steps, bit for bit, as with
-    gfootball's own observation path, through episode ends and resets."""
+    gfootball's own observation path, through episode ends and resets, with the engine
+    processing the teams in either order."""
     from acegnn.envs.grf import engine
 
     def play(lean):
         if not lean:
             monkeypatch.setattr(engine, "lean_observations", lambda env: None)
-        game = Game(scenario, seed=3, reward="cds", time_limit=60)
+        game = Game(scenario, seed=seed, reward="cds", time_limit=60)
         monkeypatch.undo()
         assert (type(game.env.unwrapped).__name__ == "LeanFootballEnv") == lean
+        assert game.env.unwrapped._config["reverse_team_processing"] == reverse
         rng = np.random.default_rng(1)
         steps, raw = [], []
         try:

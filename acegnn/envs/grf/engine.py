@@ -29,6 +29,7 @@ choice of processes.
 """
 from __future__ import annotations
 
+import functools
 import logging
 import multiprocessing as mp
 import os
@@ -175,6 +176,17 @@ def lean_observations(env: Any) -> None:
     ours writes to. Only for an environment whose one player is our agent on the left;
     any other is left as it is.
     """
+    from gfootball.env.football_env import FootballEnv
+
+    agent = getattr(env, "_agent", None)
+    if (type(env) is FootballEnv and agent is not None and env._players == [agent]
+            and agent.num_controlled_right_players() == 0):
+        env.__class__ = _lean_class()
+
+
+@functools.lru_cache(maxsize=None)
+def _lean_class() -> type:
+    """gfootball's ``FootballEnv`` with :func:`lean_observations`' observation path."""
     from gfootball.env import constants
     from gfootball.env.football_env import FootballEnv
 
@@ -206,10 +218,7 @@ def lean_observations(env: Any) -> None:
         def _get_actions(self):  # the agent's actions are all there is to gather
             return self._action_to_list(self._agent.take_action(None))
 
-    agent = getattr(env, "_agent", None)
-    if (type(env) is FootballEnv and agent is not None and env._players == [agent]
-            and agent.num_controlled_right_players() == 0):
-        env.__class__ = LeanFootballEnv
+    return LeanFootballEnv
 
 
 class Game:
