@@ -318,6 +318,9 @@ def test_study_tabulates_eval_csv_files_beside_the_papers_curve(tmp_path):
             in table)
     # the paper's points (19k, 0.05) and (80k, 0.16): 0.05 + 0.11 / 61 at 20k
     assert "| paper's ACE | academy_3_vs_1_with_keeper | 5 | 0.05 | 0.16 |" in table
+    # its band: (19k, 0.01-0.10) and (80k, 0.04-0.30), 1/61 of the way at 20k
+    assert ("| paper's ACE, its band | academy_3_vs_1_with_keeper | 5 | 0.01-0.10 | 0.04-0.30 |"
+            in table)
     # the last evaluation both seeds reached: 20k and 19k, rates 0.25 and 0.75 (mean, sd); no clock
     assert ("| ACE, official recipe | academy_3_vs_1_with_keeper | 2 | 19,500 | 0.50 (+-0.35) "
             "| - | - | - |") in table

@@ -30,21 +30,27 @@ TITLES = {"smax": "SMAX", "grf": "GRF"}
 PAPER_STEPS = {"smax": 10_000_000, ("smax", "2c_vs_64zg"): 2_000_000,
                "grf": 4_000_000, ("grf", "academy_counterattack_hard"): 10_000_000}
 #: The paper's ACE curves where this machine can reach them, as (environment steps, mean
-#: test win rate over 5 seeds), read by eye off the official repository's img/GRF.png
-#: (one point per evaluation of the figure, about every 50k steps; +-1% and +-3k steps).
+#: test win rate over 5 seeds, the shaded band's low and high edges), read off the official
+#: repository's img/GRF.png: the mean by eye (one point per evaluation of the figure, about
+#: every 50k steps; +-1% and +-3k steps), the band from the figure's pixels at those steps
+#: (x: 180 pixels a million steps, y: 5.1 pixels a percent; +-2%). The band is what the
+#: paper calls "the variance across 5 seeds" (Experiment section), in win-rate units.
 PAPER_CURVES = {
     ("grf", "academy_3_vs_1_with_keeper"): (
-        (19_000, 0.05), (80_000, 0.16), (135_000, 0.50), (185_000, 0.45), (235_000, 0.47),
-        (276_000, 0.47), (326_000, 0.53), (373_000, 0.44), (425_000, 0.42), (475_000, 0.57)),
+        (19_000, 0.05, 0.01, 0.10), (80_000, 0.16, 0.04, 0.30), (135_000, 0.50, 0.34, 0.65),
+        (185_000, 0.45, 0.35, 0.56), (235_000, 0.47, 0.34, 0.60), (276_000, 0.47, 0.39, 0.56),
+        (326_000, 0.53, 0.43, 0.63), (373_000, 0.44, 0.37, 0.53), (425_000, 0.42, 0.35, 0.51),
+        (475_000, 0.57, 0.48, 0.65)),
 }
 
 
-def paper_at(env: str, scenario: str, steps: float) -> float:
-    """The paper's curve at ``steps``, linear between its points (NaN outside them)."""
+def paper_at(env: str, scenario: str, steps: float, column: int = 1) -> float:
+    """The paper's curve at ``steps``, linear between its points (NaN outside them):
+    ``column`` 1 its mean, 2 and 3 its band's low and high edges."""
     pts = PAPER_CURVES.get((env, scenario), ())
-    for (x0, y0), (x1, y1) in zip(pts, pts[1:]):
-        if x0 <= steps <= x1:
-            return y0 + (y1 - y0) * (steps - x0) / (x1 - x0)
+    for p0, p1 in zip(pts, pts[1:]):
+        if p0[0] <= steps <= p1[0]:
+            return p0[column] + (p1[column] - p0[column]) * (steps - p0[0]) / (p1[0] - p0[0])
     return float("nan")
 
 
@@ -144,11 +150,15 @@ def mean_at(records: List[dict], labels: Labels, at: List[int], window: int) -> 
                 cells.append(f"{mid:.2f} ({low:.2f}-{high:.2f}; {len(per_seed)})")
         lines.append(f"| {labels[env][variant]} | {scenario} | {len(runs)} | "
                      + " | ".join(cells) + " |")
-        paper = [paper_at(env, scenario, x) for x in at]
         if (env, scenario) in PAPER_CURVES and not any(ln.startswith(f"| paper's ACE | {scenario} |")
                                                         for ln in lines):
+            paper = [paper_at(env, scenario, x) for x in at]
             lines.append(f"| paper's ACE | {scenario} | 5 | "
                          + " | ".join("" if p != p else f"{p:.2f}" for p in paper) + " |")
+            band = [(paper_at(env, scenario, x, 2), paper_at(env, scenario, x, 3)) for x in at]
+            lines.append(f"| paper's ACE, its band | {scenario} | 5 | "
+                         + " | ".join("" if lo != lo else f"{lo:.2f}-{hi:.2f}" for lo, hi in band)
+                         + " |")
     return "\n".join(lines) + "\n"
 
 
@@ -244,7 +254,9 @@ def plot(records: List[dict], labels: Labels, path: str, what: str = "test win r
         paper = PAPER_CURVES.get((env, scenario))
         if paper:  # up to the first point past our curves
             shown = [p for p in paper if p[0] <= right] + [p for p in paper if p[0] > right][:1]
-            ax.plot(*zip(*shown), "ko--", ms=4, lw=1, label="paper's ACE (mean of 5 seeds)")
+            x, mean, low, high = zip(*shown)
+            ax.plot(x, mean, "ko--", ms=4, lw=1, label="paper's ACE (mean of 5 seeds)")
+            ax.fill_between(x, low, high, color="k", alpha=0.08, label="paper's ACE, its band")
         ax.set_title(f"{TITLES.get(env, env)} {scenario}")
         ax.set_xlabel("environment steps")
         ax.set_ylabel(f"{what}, {spread_of(env)[1]}")
