@@ -230,12 +230,12 @@ def from_dict(d: dict) -> ExperimentConfig:
 #: ``total_samples`` (or dropping ``stop_on_success``) trains a finished run further,
 #: exactly as a run started with the larger budget would have gone on; exact evaluations
 #: only add columns to ``eval.csv``, drawn episodes only images to TensorBoard, and how
-#: often a checkpoint is written, where the learner runs, compiled kernels and flushed
-#: denormals change nothing of what is learned but float rounding, and the heap kept
-#: changes nothing.
+#: often a checkpoint is written, where the learner runs, compiled kernels, the compiled
+#: optimiser and flushed denormals change nothing of what is learned but float rounding,
+#: and the heap kept changes nothing.
 RESUMABLE_KEYS = ("halt_after", "progress", "total_samples", "stop_on_success",
                   "exact_eval_every", "log_episode", "checkpoint_every", "max_minutes",
-                  "device", "compile", "flush_denormal", "keep_heap")
+                  "device", "compile", "compile_optimizer", "flush_denormal", "keep_heap")
 
 
 #: Environment keys that may differ too: where football's engines run (processes or Ray

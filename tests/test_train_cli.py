@@ -467,6 +467,14 @@ def test_the_compiled_optimizer_trains_as_the_eager_one(tmp_path, monkeypatch):
     assert train(tmp_path, "compiled", "train.compile_optimizer=true") == 0
     assert len(compiled) == 1 and compiled[0]._compiled_step is not None
     assert_same_logs_to_rounding(tmp_path / "plain", tmp_path / "compiled")
+    # cut after a checkpoint and resumed, compiled throughout or switched on at the resume
+    for name, before, after in (("both", "true", "true"), ("switched", "false", "true")):
+        assert train(tmp_path, name, "train.halt_after=768",
+                     f"train.compile_optimizer={before}") == 3
+        assert main(["train", "--resume", str(tmp_path / name),
+                     f"train.compile_optimizer={after}"]) == 0
+        assert_same_logs_to_rounding(tmp_path / "plain", tmp_path / name)
+    assert len(compiled) == 4
 
 
 def test_compile_needs_ace_value_heads(tmp_path, capsys):

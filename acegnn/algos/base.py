@@ -246,10 +246,16 @@ class LearnerBase:
         return {"grad_norm": grad_norm.item(), "lr": lr}
 
     def state_dict(self) -> Dict:
+        """The network, the optimiser and the update count, as an eager optimiser has them:
+        :meth:`compile_optimizer`'s rate tensor is saved as a float, and its ``capturable``
+        flag (which ``torch.compile`` sets for good on a CUDA optimiser) as the
+        optimiser's default, so that the checkpoint steps on any device."""
         optimizer = self.optimizer.state_dict()
-        for group in optimizer["param_groups"]:  # compile_optimizer's tensor, saved as eager's float
+        for group in optimizer["param_groups"]:
             if isinstance(group["lr"], Tensor):
                 group["lr"] = group["lr"].item()
+            if "capturable" in group:
+                group["capturable"] = self.optimizer.defaults.get("capturable", False)
         return {"net": self.net.state_dict(), "optimizer": optimizer,
                 "num_updates": self.num_updates}
 

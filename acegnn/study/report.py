@@ -231,7 +231,7 @@ def plot(records: List[dict], labels: Labels, path: str, what: str = "test win r
 
     data = curves(records, every_seed=False)
     panels = sorted({(env, s) for env, _, s in data})
-    entries = max(sum((env, v, s) in data for v in labels[env]) for env, s in panels) + 1
+    entries = max(sum((env, v, s) in data for v in labels[env]) for env, s in panels) + 2
     fig, axes = plt.subplots(1, len(panels), figsize=(6 * len(panels), 3.6 + 0.2 * entries),
                              squeeze=False)
     for ax, (env, scenario) in zip(axes[0], panels):

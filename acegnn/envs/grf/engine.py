@@ -169,12 +169,15 @@ def lean_observations(env: Any) -> None:
     a game of ours throws away, in place: the same values, about 0.7 ms less CPU a step
     (docs/grf.md, "Throughput").
 
-    gfootball's own path deep-copies the engine's observation twice a step and every
-    exposed field once per controlled player, and rotates it for the right team even when
-    no agent plays there (``reverse_team_processing``). Here every player's observation
-    refers to the engine's arrays, which gfootball builds anew each step and nothing of
-    ours writes to. Only for an environment whose one player is our agent on the left;
-    any other is left as it is.
+    gfootball's own path deep-copies the engine's observation twice a step (in
+    ``_get_actions`` and ``observation``; the trace's copy in the core's step stays), and
+    in each of those two conversions every exposed field once per controlled player, and
+    ``_convert_observations`` rotates the whole observation for the right team
+    (``flip_observation``) even when no agent plays there. Here every player's
+    observation refers to the engine's arrays, which gfootball builds anew each step and
+    nothing of ours writes to. Only for an environment whose one player is our agent on
+    the left; any other is left as it is. gfootball's ``get_state``/``set_state`` wrapper
+    checks the class's name and refuses the lean class (acegnn does not use it).
     """
     from gfootball.env.football_env import FootballEnv
 
