@@ -97,6 +97,25 @@ def test_a_run_says_where_its_time_went(tmp_path, capsys):
     assert len(line) == 1 and "collect" in line[0] and "%" in line[0]
 
 
+def test_a_resumed_run_totals_its_time_over_its_sessions(tmp_path, capsys):
+    assert train(tmp_path, "a", "train.checkpoint_every=256", "train.halt_after=768") == 3
+    run = tmp_path / "a"
+    first = torch.load(run / "checkpoint.pt", weights_only=True)["spent_s"]
+    assert main(["train", "--resume", str(run)]) == 0
+    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    rows = read_csv(run / "train.csv", drop=())
+    assert [int(r["samples"]) for r in rows] == [256 * i for i in range(1, 7)]
+    for part in ("collect", "learn", "eval"):
+        # the rows of both sessions, not only those of the second
+        total = sum(float(r[f"{part}_s"]) for r in rows)
+        assert summary[f"time_{part}_s"] == pytest.approx(total, rel=1e-6, abs=1e-9)
+        assert first[part] == pytest.approx(sum(float(r[f"{part}_s"]) for r in rows[:3]),
+                                            rel=1e-6, abs=1e-9)
+    assert 0 < first["learn"] < summary["time_learn_s"]
+    assert first["checkpoint"] > 0  # the checkpoints at 256 and 512 (768's is not in it)
+    assert summary["time_checkpoint_s"] > first["checkpoint"]
+
+
 def test_same_seed_same_logs(tmp_path):
     assert train(tmp_path, "a") == 0
     assert train(tmp_path, "b") == 0

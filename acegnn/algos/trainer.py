@@ -236,9 +236,11 @@ def greedy(learner: Learner, seed: int) -> Policy:
 
 
 #: Where a round's time goes: ``train.csv`` has a column ``<part>_s`` for each (the
-#: evaluation includes the hooks called after it), and a run ends with their totals and
-#: the time spent writing checkpoints.
+#: evaluation includes the hooks called after it), and a run ends with their totals over
+#: its sessions (``time_<part>_s``) and the time spent writing checkpoints.
 TIME_PARTS = ("collect", "learn", "eval")
+#: The parts a run's summary totals: ``TIME_PARTS`` and the checkpoints.
+SPENT_PARTS = (*TIME_PARTS, "checkpoint")
 #: The columns of ``train.csv`` that measure wall-clock, not learning: they differ
 #: between two runs that learn exactly alike.
 WALL_CLOCK_COLUMNS = ("env_steps_per_s", *(f"{part}_s" for part in TIME_PARTS))
@@ -288,6 +290,9 @@ class TrainingLoop(abc.ABC):
         self.updates = 0
         self.samples_to_success: Optional[int] = None
         self.wall_s = 0.0  # training wall-clock of earlier sessions of this run (resume)
+        # seconds of each of SPENT_PARTS: earlier sessions of this run, and this session
+        self.spent_before = dict.fromkeys(SPENT_PARTS, 0.0)
+        self.spent = dict.fromkeys(SPENT_PARTS, 0.0)
         self.wall_to_success: Optional[float] = None
         self._session_start: Optional[float] = None  # perf_counter() while train() runs
         self._session_samples = 0  # the samples when this session began
@@ -364,7 +369,8 @@ class TrainingLoop(abc.ABC):
         return {"version": CHECKPOINT_VERSION, "config": self.config, "updates": self.updates,
                 "samples_to_success": self.samples_to_success,
                 "wall_s": self.elapsed(), "wall_to_success": self.wall_to_success,
-                "last_eval": dict(self.last_eval), "headline": list(self.headline),
+                "spent_s": self.spent_of_run(), "last_eval": dict(self.last_eval),
+                "headline": list(self.headline),
                 "learner": self.learner.state_dict(), "task": self.task.state_dict(),
                 "collect_gen": self.collect_gen.get_state(),
                 "sample_gen": self.sample_gen.get_state(), **self.collector.state_dict()}
@@ -390,9 +396,15 @@ class TrainingLoop(abc.ABC):
         self.updates = state["updates"]
         self.samples_to_success = state["samples_to_success"]
         self.wall_s, self.wall_to_success = state["wall_s"], state["wall_to_success"]
+        # (a checkpoint written before the parts were kept: its sessions' parts unknown)
+        self.spent_before = {**dict.fromkeys(SPENT_PARTS, 0.0), **state.get("spent_s", {})}
         self.last_eval = state["last_eval"]
         self.headline = tuple(state["headline"])
         self.loaded = True
+
+    def spent_of_run(self) -> Dict[str, float]:
+        """Seconds of each of :data:`SPENT_PARTS`, summed over the run's sessions."""
+        return {part: self.spent_before[part] + self.spent[part] for part in SPENT_PARTS}
 
     def elapsed(self) -> float:
         """Training wall-clock of this run in seconds, summed over resumed sessions."""
@@ -435,7 +447,7 @@ class TrainingLoop(abc.ABC):
         last_ckpt = self.samples
         if self.samples_to_success == self.samples and not os.path.exists(self.success_path):
             self.save(self.success_path)  # a run stopped at success, resumed to train further
-        spent = dict.fromkeys((*TIME_PARTS, "checkpoint"), 0.0)  # this session's seconds
+        spent = self.spent = dict.fromkeys(SPENT_PARTS, 0.0)  # this session's seconds
         if cfg.flush_denormal:
             torch.set_flush_denormal(True)
         if cfg.keep_heap:
@@ -493,6 +505,7 @@ class TrainingLoop(abc.ABC):
             if cfg.flush_denormal:
                 torch.set_flush_denormal(False)  # PyTorch's default
             self.wall_s, self._session_start = self.elapsed(), None
+            self.spent_before, self.spent = self.spent_of_run(), dict.fromkeys(SPENT_PARTS, 0.0)
             if bar is not None:
                 bar.close()
             self.logger.close()
@@ -504,7 +517,8 @@ class TrainingLoop(abc.ABC):
                 "wall_to_success_s": self.wall_to_success,
                 # this session's rate; None when it collected nothing (a finished run resumed)
                 "env_steps_per_s": collected / max(wall, 1e-9) if collected else None,
-                **{f"time_{part}_s": s for part, s in spent.items()},
+                # the run's seconds in each part, as wall_s summed over its sessions
+                **{f"time_{part}_s": s for part, s in self.spent_of_run().items()},
                 **{f"eval_{k}": v for k, v in self.last_eval.items()},
                 "commits": commits(self.run_dir)}
 
