@@ -31,11 +31,25 @@ def read_csv(path, drop=WALL_CLOCK_COLUMNS):
 
 
 def tb_scalars(run, tag):
+    """The scalars TensorBoard shows for ``tag``, the event files read in the order they
+    were written. TensorBoard reads them in the order of their names
+    (``events.out.tfevents.<second>.<host>.<pid>.<counter>``): two sessions of a run started
+    in the same second by one process (a test resuming in-process) would be read in the
+    wrong order when the counter gains a digit ("10" < "9"), and the resumed session's
+    purge would drop the first session's events."""
+    import tempfile
+
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    acc = EventAccumulator(str(run / "tb"))
-    acc.Reload()
-    return [(e.step, e.value) for e in acc.Scalars(tag)]
+    files = [f for f in os.listdir(run / "tb") if "tfevents" in f]
+    files.sort(key=lambda f: (int(f.split(".")[3]), int(f.split(".")[-1])))
+    with tempfile.TemporaryDirectory() as ordered:
+        for i, f in enumerate(files):
+            os.symlink(os.path.abspath(run / "tb" / f),
+                       os.path.join(ordered, f"events.out.tfevents.{i:06d}"))
+        acc = EventAccumulator(ordered)
+        acc.Reload()
+        return [(e.step, e.value) for e in acc.Scalars(tag)]
 
 
 def assert_same_run(a, b):
