@@ -132,11 +132,11 @@ class ACECTDE(ACEDQN):
 
     def loss(self, graphs: Batch, actions: Tensor, reward: Tensor, terminated: Tensor,
              next_graphs: Batch, generator: Optional[torch.Generator] = None, *,
-             boot_graphs: Optional[Batch] = None, discount: Optional[Tensor] = None
-             ) -> Tuple[Tensor, Dict[str, float]]:
-        """ACE-DQN's loss (``boot_graphs`` and ``discount`` as there) plus
-        ``distill_weight`` times :meth:`distill_loss` on the states ``graphs``."""
+             boot_graphs: Optional[Batch] = None, discount: Optional[Tensor] = None,
+             weights: Optional[Tensor] = None) -> Tuple[Tensor, Dict[str, float]]:
+        """ACE-DQN's loss (``boot_graphs``, ``discount`` and ``weights`` as there) plus
+        ``distill_weight`` times :meth:`distill_loss` on the states ``graphs`` (unweighted)."""
         loss, logs = super().loss(graphs, actions, reward, terminated, next_graphs, generator,
-                                  boot_graphs=boot_graphs, discount=discount)
+                                  boot_graphs=boot_graphs, discount=discount, weights=weights)
         distill, more = self.distill_loss(graphs, generator)
         return loss + self.cfg.distill_weight * distill, {**logs, **more}

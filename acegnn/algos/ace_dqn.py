@@ -325,19 +325,31 @@ class ACEDQN(QLearner):
 
     def loss(self, graphs: Batch, actions: Tensor, reward: Tensor, terminated: Tensor,
              next_graphs: Batch, generator: Optional[torch.Generator] = None, *,
-             boot_graphs: Optional[Batch] = None, discount: Optional[Tensor] = None
-             ) -> Tuple[Tensor, Dict[str, float]]:
+             boot_graphs: Optional[Batch] = None, discount: Optional[Tensor] = None,
+             weights: Optional[Tensor] = None) -> Tuple[Tensor, Dict[str, float]]:
         """The loss of one gradient step on a replayed batch (TD, plus the auxiliary loss,
         which reads ``next_graphs``, the states one step on) and its logs; ``boot_graphs``
-        and ``discount`` as in :meth:`td_targets`."""
+        and ``discount`` as in :meth:`td_targets`. With ``weights`` (``[num_graphs]``,
+        a prioritized replay's importance-sampling weights) each state's SE-state terms
+        of the TD loss carry its weight (the auxiliary loss none), and the logs hold
+        ``td_errors`` ``[num_graphs]``, each state's mean absolute TD error over its
+        SE-states (a tensor, for the replay's priorities)."""
         try:
             td = self.td_targets(graphs, actions, reward, terminated, next_graphs, generator,
                                  boot_graphs=boot_graphs, discount=discount)
         except FloatingPointError as e:
             raise FloatingPointError(f"the TD loss is NaN: {e}") from None
-        td_loss = self.td_loss(td.value, td.target)
-        logs = {"td_loss": td_loss.item(), "q_mean": td.value.detach().mean().item(),
-                "target_mean": td.target.mean().item()}
+        logs: Dict = {}
+        if weights is None:
+            td_loss = self.td_loss(td.value, td.target)
+        else:
+            state = td.online.encoded.index.agent_batch  # [num_agents] each SE-state's state
+            td_loss = self.td_loss(td.value, td.target, weights.to(self.device)[state])
+            error = (td.value.detach() - td.target).abs()
+            logs["td_errors"] = scatter(error, state, 0, dim_size=weights.size(0),
+                                        reduce="mean").cpu()
+        logs.update(td_loss=td_loss.item(), q_mean=td.value.detach().mean().item(),
+                    target_mean=td.target.mean().item())
         loss = td_loss
         if self.cfg.aux_weight > 0:
             with phase("aux_loss"):
@@ -348,14 +360,14 @@ class ACEDQN(QLearner):
 
     def update(self, graphs: Batch, actions: Tensor, reward: Tensor, terminated: Tensor,
                next_graphs: Batch, generator: Optional[torch.Generator] = None, *,
-               boot_graphs: Optional[Batch] = None,
-               discount: Optional[Tensor] = None) -> Dict[str, float]:
+               boot_graphs: Optional[Batch] = None, discount: Optional[Tensor] = None,
+               weights: Optional[Tensor] = None) -> Dict[str, float]:
         """One gradient step on a replayed batch (:meth:`loss`), then the Polyak target
         update; ``boot_graphs`` and ``discount`` (``algo.nstep > 1``) as in
-        :meth:`td_targets`."""
+        :meth:`td_targets`, ``weights`` (a prioritized replay) as in :meth:`loss`."""
         # only the keywords given: a subclass's loss without them still serves nstep = 1
-        nstep = {k: v for k, v in (("boot_graphs", boot_graphs), ("discount", discount))
-                 if v is not None}
+        nstep = {k: v for k, v in (("boot_graphs", boot_graphs), ("discount", discount),
+                                   ("weights", weights)) if v is not None}
         loss, logs = self.loss(graphs, actions, reward, terminated, next_graphs, generator,
                                **nstep)
         return {**logs, **self.step(loss)}

@@ -286,8 +286,13 @@ class QLearner(LearnerBase):
             return discount.to(self.device)
         return self.cfg.gamma * (~terminated.to(self.device)).float()
 
-    def td_loss(self, value: Tensor, target: Tensor) -> Tensor:
-        return LOSSES[self.cfg.loss](value, target)
+    def td_loss(self, value: Tensor, target: Tensor, weight: Optional[Tensor] = None) -> Tensor:
+        """``algo.loss`` of ``value`` against ``target``, averaged; with ``weight`` (of
+        their shape: importance-sampling weights of a prioritized replay) each term
+        weighted, the mean still over all terms."""
+        if weight is None:
+            return LOSSES[self.cfg.loss](value, target)
+        return (LOSSES[self.cfg.loss](value, target, reduction="none") * weight).mean()
 
     def step(self, loss: Tensor) -> Dict[str, float]:
         """:meth:`gradient_step` on the TD ``loss``, then the target update."""

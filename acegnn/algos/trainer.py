@@ -62,6 +62,21 @@ class TrainConfig:
     """Transitions per gradient step."""
     buffer_size: int = 1_000_000
     """Replay capacity in transitions."""
+    priority_alpha: float = 0.0
+    """Prioritized replay (Schaul et al., 2016, proportional): transitions are drawn
+    with probability proportional to their priority to this power, the priority being
+    the absolute TD error of their last replay (the mean over a state's SE-states for
+    ACE), new ones at the largest priority so far; the TD loss weights each by its
+    importance-sampling weight (:class:`~acegnn.buffers.replay.ReplayBuffer`). 0: uniform
+    replay, the paper's and the official code's (its ``priority=False``). The learner's
+    ``update`` must take ``weights`` (ACE-DQN, ACE-CTDE and the value-decomposition
+    baselines do)."""
+    priority_beta: float = 0.4
+    """With ``train.priority_alpha > 0``: the importance-sampling exponent at the start,
+    raised linearly to 1 at ``train.total_samples`` (Schaul et al.: 0.4 with alpha 0.6)."""
+    priority_eps: float = 1e-6
+    """With ``train.priority_alpha > 0``: added to each absolute TD error, so that no
+    transition's priority is 0."""
     learning_starts: int = 1024
     """Environment steps collected before the first update."""
     eps_start: float = 1.0
@@ -161,6 +176,11 @@ class TrainConfig:
                 raise ValueError(f"train.{key} must be >= 0 (got {getattr(self, key)})")
         if self.max_minutes < 0:
             raise ValueError(f"train.max_minutes must be >= 0 (got {self.max_minutes})")
+        if not self.priority_alpha >= 0 or not 0 <= self.priority_beta <= 1 \
+                or not self.priority_eps > 0:
+            raise ValueError(f"train.priority_alpha must be >= 0, train.priority_beta in [0, 1] "
+                             f"and train.priority_eps > 0 (got {self.priority_alpha}, "
+                             f"{self.priority_beta}, {self.priority_eps})")
         if not 0 <= self.teacher_share <= 1:
             raise ValueError(f"train.teacher_share must be in [0, 1] (got {self.teacher_share})")
         if not 0 <= self.eps_end <= 1 or not 0 <= self.eps_start <= 1:
@@ -176,7 +196,10 @@ class Learner(Protocol):
     passes ``boot_graphs``, the states :math:`s_{t+m}` to bootstrap from, and
     ``discount`` ``[B]``, their factor (:math:`\gamma^m`, 0 after a termination), which
     replaces :math:`\gamma (1 - d)`; with ``nstep = 1`` it passes neither, so a learner
-    without these keywords serves one-step returns."""
+    without these keywords serves one-step returns. With ``train.priority_alpha > 0`` it
+    also passes ``weights`` ``[B]``, the importance-sampling weights of a prioritized
+    replay, and the metrics returned must then hold ``td_errors`` ``[B]`` (a tensor: each
+    transition's absolute TD error, its new priority)."""
 
     config_class: type  # its ``algo`` config dataclass
     model_class: type  # its ``model`` config dataclass
@@ -186,8 +209,8 @@ class Learner(Protocol):
 
     def update(self, graphs: Batch, actions: Tensor, reward: Tensor, terminated: Tensor,
                next_graphs: Batch, generator: Optional[torch.Generator] = None, *,
-               boot_graphs: Optional[Batch] = None,
-               discount: Optional[Tensor] = None) -> Dict[str, float]: ...
+               boot_graphs: Optional[Batch] = None, discount: Optional[Tensor] = None,
+               weights: Optional[Tensor] = None) -> Dict[str, float]: ...
 
     def state_dict(self) -> dict: ...
 
@@ -290,9 +313,7 @@ class TrainingLoop(abc.ABC):
         self.updates = 0
         self.samples_to_success: Optional[int] = None
         self.wall_s = 0.0  # training wall-clock of earlier sessions of this run (resume)
-        # seconds of each of SPENT_PARTS: earlier sessions of this run, and this session
-        self.spent_before = dict.fromkeys(SPENT_PARTS, 0.0)
-        self.spent = dict.fromkeys(SPENT_PARTS, 0.0)
+        self.spent_s = dict.fromkeys(SPENT_PARTS, 0.0)  # each part's seconds over the run
         self.wall_to_success: Optional[float] = None
         self._session_start: Optional[float] = None  # perf_counter() while train() runs
         self._session_samples = 0  # the samples when this session began
@@ -369,7 +390,7 @@ class TrainingLoop(abc.ABC):
         return {"version": CHECKPOINT_VERSION, "config": self.config, "updates": self.updates,
                 "samples_to_success": self.samples_to_success,
                 "wall_s": self.elapsed(), "wall_to_success": self.wall_to_success,
-                "spent_s": self.spent_of_run(), "last_eval": dict(self.last_eval),
+                "spent_s": dict(self.spent_s), "last_eval": dict(self.last_eval),
                 "headline": list(self.headline),
                 "learner": self.learner.state_dict(), "task": self.task.state_dict(),
                 "collect_gen": self.collect_gen.get_state(),
@@ -397,14 +418,10 @@ class TrainingLoop(abc.ABC):
         self.samples_to_success = state["samples_to_success"]
         self.wall_s, self.wall_to_success = state["wall_s"], state["wall_to_success"]
         # (a checkpoint written before the parts were kept: its sessions' parts unknown)
-        self.spent_before = {**dict.fromkeys(SPENT_PARTS, 0.0), **state.get("spent_s", {})}
+        self.spent_s = {**dict.fromkeys(SPENT_PARTS, 0.0), **state.get("spent_s", {})}
         self.last_eval = state["last_eval"]
         self.headline = tuple(state["headline"])
         self.loaded = True
-
-    def spent_of_run(self) -> Dict[str, float]:
-        """Seconds of each of :data:`SPENT_PARTS`, summed over the run's sessions."""
-        return {part: self.spent_before[part] + self.spent[part] for part in SPENT_PARTS}
 
     def elapsed(self) -> float:
         """Training wall-clock of this run in seconds, summed over resumed sessions."""
@@ -447,7 +464,8 @@ class TrainingLoop(abc.ABC):
         last_ckpt = self.samples
         if self.samples_to_success == self.samples and not os.path.exists(self.success_path):
             self.save(self.success_path)  # a run stopped at success, resumed to train further
-        spent = self.spent = dict.fromkeys(SPENT_PARTS, 0.0)  # this session's seconds
+        # the run's seconds in each part, and what they were when this session began
+        spent, at_start = self.spent_s, dict(self.spent_s)
         if cfg.flush_denormal:
             torch.set_flush_denormal(True)
         if cfg.keep_heap:
@@ -505,20 +523,20 @@ class TrainingLoop(abc.ABC):
             if cfg.flush_denormal:
                 torch.set_flush_denormal(False)  # PyTorch's default
             self.wall_s, self._session_start = self.elapsed(), None
-            self.spent_before, self.spent = self.spent_of_run(), dict.fromkeys(SPENT_PARTS, 0.0)
             if bar is not None:
                 bar.close()
             self.logger.close()
         wall = time.perf_counter() - start
         collected = self.samples - start_samples
-        print(time_report(spent, wall), file=sys.stderr)
+        session = {part: spent[part] - at_start[part] for part in SPENT_PARTS}
+        print(time_report(session, wall), file=sys.stderr)
         return {"samples": self.samples, "updates": self.updates,
                 "samples_to_success": self.samples_to_success, "wall_s": self.elapsed(),
                 "wall_to_success_s": self.wall_to_success,
                 # this session's rate; None when it collected nothing (a finished run resumed)
                 "env_steps_per_s": collected / max(wall, 1e-9) if collected else None,
                 # the run's seconds in each part, as wall_s summed over its sessions
-                **{f"time_{part}_s": s for part, s in self.spent_of_run().items()},
+                **{f"time_{part}_s": s for part, s in spent.items()},
                 **{f"eval_{k}": v for k, v in self.last_eval.items()},
                 "commits": commits(self.run_dir)}
 
@@ -580,12 +598,21 @@ class Trainer(TrainingLoop):
         algo = getattr(learner, "cfg", None)
         self.nstep: int = getattr(algo, "nstep", 1)
         params = inspect.signature(learner.update).parameters.values()
-        if self.nstep > 1 and not ({"boot_graphs", "discount"} <= {p.name for p in params} or
-                                   any(p.kind == p.VAR_KEYWORD for p in params)):
+
+        def takes(*names: str) -> bool:
+            return set(names) <= {p.name for p in params} or \
+                any(p.kind == p.VAR_KEYWORD for p in params)
+
+        if self.nstep > 1 and not takes("boot_graphs", "discount"):
             raise ValueError(f"algo.nstep={self.nstep}: {type(learner).__name__}.update takes no "
                              f"boot_graphs and discount keywords (n-step returns); set algo.nstep=1")
+        if cfg.priority_alpha > 0 and not takes("weights"):
+            raise ValueError(f"train.priority_alpha={cfg.priority_alpha}: "
+                             f"{type(learner).__name__}.update takes no weights keyword "
+                             f"(prioritized replay); set train.priority_alpha=0")
         self.buffer = ReplayBuffer(cfg.replay_capacity(task.num_envs), task.obs_spec,
-                                   task.n_agents, self.nstep)
+                                   task.n_agents, self.nstep, alpha=cfg.priority_alpha,
+                                   priority_eps=cfg.priority_eps)
         self.window: Optional[NStepWindow] = None
         if self.nstep > 1:
             self.window = NStepWindow(self.nstep, algo.gamma, task.num_envs, task.obs_spec,
@@ -778,13 +805,28 @@ class Trainer(TrainingLoop):
     def update_once(self) -> Dict[str, float]:
         """One gradient step as the loop takes it: sample the replay, build the batch,
         update."""
+        cfg = self.cfg
         with phase("sample"):
-            sample = self.buffer.sample(self.cfg.batch_size, self.sample_gen)
+            sample = self.buffer.sample(cfg.batch_size, self.sample_gen, self.priority_beta())
         with phase("graphs"):
             args, nstep = self.batch(sample)
-        m = self.learner.update(*args, self.sample_gen, **nstep)
+        if sample.weight is None:
+            m = self.learner.update(*args, self.sample_gen, **nstep)
+        else:
+            m = self.learner.update(*args, self.sample_gen, weights=sample.weight, **nstep)
+            if not isinstance(m.get("td_errors"), Tensor):
+                raise TypeError(f"{type(self.learner).__name__}.update was given weights and "
+                                f"returned no td_errors tensor (prioritized replay)")
+            with phase("sample"):
+                self.buffer.update_priorities(sample.index, m.pop("td_errors"))
         self.updates += 1
         return m
+
+    def priority_beta(self) -> float:
+        """The importance-sampling exponent now: ``train.priority_beta`` raised linearly
+        to 1 over ``train.total_samples``."""
+        beta, frac = self.cfg.priority_beta, min(1.0, self.samples / self.cfg.total_samples)
+        return beta + (1.0 - beta) * frac
 
     def _announce(self) -> None:
         print(f"replay buffer: {self.buffer.capacity} transitions, "

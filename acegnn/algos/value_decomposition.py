@@ -167,10 +167,13 @@ class ValueDecomposition(QLearner):
 
     def losses(self, graphs: Batch, actions: Tensor, reward: Tensor, terminated: Tensor,
                next_graphs: Batch, *, boot_graphs: Optional[Batch] = None,
-               discount: Optional[Tensor] = None) -> Losses:
+               discount: Optional[Tensor] = None, weights: Optional[Tensor] = None) -> Losses:
         r"""The method's losses; the targets bootstrap from ``boot_graphs`` (``None``:
-        ``next_graphs``) with ``discount`` ``[B]`` (``None``: :math:`\gamma (1 - d)`)."""
+        ``next_graphs``) with ``discount`` ``[B]`` (``None``: :math:`\gamma (1 - d)`).
+        ``weights`` ``[B]`` (a prioritized replay's importance-sampling weights) weight
+        each sample's TD terms; QTRAN's two constraint losses stay unweighted."""
         cfg = self.cfg
+        w = None if weights is None else weights.to(self.device)
         fi, fi2 = self.inputs(graphs), self.inputs(next_graphs if boot_graphs is None else boot_graphs)
         B, n = fi.agent_obs.shape[:2]
         actions = actions.to(self.device).view(B, n)
@@ -186,18 +189,19 @@ class ValueDecomposition(QLearner):
             q2 = q2_target.gather(2, greedy2.unsqueeze(-1)).squeeze(-1)
         if cfg.name == "iql":
             target = reward.unsqueeze(1) + discount.unsqueeze(1) * q2
-            return Losses(self.td_loss(q_taken, target), q_taken, target, {})
+            w = None if w is None else w.unsqueeze(1).expand_as(q_taken)
+            return Losses(self.td_loss(q_taken, target, w), q_taken, target, {})
         if cfg.name in ("vdn", "qmix"):
             q_tot = self.net["mixer"](q_taken, fi.state)
             with torch.no_grad():
                 target = reward + discount * self.target_net["mixer"](q2, fi2.state)
-            return Losses(self.td_loss(q_tot, target), q_tot, target, {})
+            return Losses(self.td_loss(q_tot, target, w), q_tot, target, {})
         # QTRAN-base
         qtran, qtran_t = self.net["qtran"], self.target_net["qtran"]
         q_jt = qtran.joint_q(fi.state, actions)
         with torch.no_grad():
             target = reward + discount * qtran_t.joint_q(fi2.state, greedy2)
-        l_td = self.td_loss(q_jt, target)
+        l_td = self.td_loss(q_jt, target, w)
         greedy = masked(q, fi.available).argmax(-1).detach()
         q_sum_opt = q.gather(2, greedy.unsqueeze(-1)).squeeze(-1).sum(1)
         v = qtran.value(fi.state)
@@ -209,12 +213,17 @@ class ValueDecomposition(QLearner):
 
     def update(self, graphs: Batch, actions: Tensor, reward: Tensor, terminated: Tensor,
                next_graphs: Batch, generator: Optional[torch.Generator] = None, *,
-               boot_graphs: Optional[Batch] = None,
-               discount: Optional[Tensor] = None) -> Dict[str, float]:
-        """One gradient step on :meth:`losses`, then the Polyak target update."""
+               boot_graphs: Optional[Batch] = None, discount: Optional[Tensor] = None,
+               weights: Optional[Tensor] = None) -> Dict[str, float]:
+        """One gradient step on :meth:`losses`, then the Polyak target update. With
+        ``weights`` (as in :meth:`losses`) the metrics hold ``td_errors`` ``[B]``, each
+        sample's absolute TD error (IQL: the mean over its agents), a tensor."""
         out = self.losses(graphs, actions, reward, terminated, next_graphs,
-                          boot_graphs=boot_graphs, discount=discount)
+                          boot_graphs=boot_graphs, discount=discount, weights=weights)
         metrics = {"loss": out.loss.item(), "td_loss": out.loss.item(), "q_mean": out.value.detach().mean().item(),
                    "target_mean": out.target.mean().item(), **self.step(out.loss)}
         metrics.update({k: v.item() for k, v in out.parts.items()})
+        if weights is not None:
+            error = (out.value.detach() - out.target).abs()
+            metrics["td_errors"] = (error.mean(1) if error.dim() > 1 else error).cpu()
         return metrics

@@ -1,5 +1,6 @@
-r"""Uniform replay of transitions, held as preallocated tensors, and the window that
-turns each environment's steps into ``n``-step transitions before they are stored.
+r"""Replay of transitions, held as preallocated tensors, sampled uniformly or in
+proportion to a priority, and the window that turns each environment's steps into
+``n``-step transitions before they are stored.
 
 An ``n``-step transition of step :math:`t` (``algo.nstep``) holds
 
@@ -32,6 +33,8 @@ class ReplaySample(NamedTuple):
     next_obs: Dict[str, Tensor]  # s_{t+1}
     boot_obs: Optional[Dict[str, Tensor]] = None  # s_{t+m} (nstep > 1 only)
     discount: Optional[Tensor] = None  # [B] float: gamma^m, or 0 (nstep > 1 only)
+    index: Optional[Tensor] = None  # [B] long: the rows drawn (prioritized replay only)
+    weight: Optional[Tensor] = None  # [B] float: importance-sampling weights (prioritized only)
 
 
 def _check_obs(obs_spec: ObsSpec, n: int, named: Dict[str, Dict[str, Tensor]]) -> None:
@@ -59,7 +62,17 @@ def _check_fits(name: str, value: Tensor, dtype: torch.dtype) -> None:
 
 
 class ReplayBuffer:
-    """Circular buffer of ``capacity`` transitions.
+    r"""Circular buffer of ``capacity`` transitions, sampled uniformly or, with
+    ``alpha > 0``, in proportion to a priority (Schaul et al., 2016, proportional
+    variant).
+
+    Prioritized: row :math:`i` holds a priority :math:`p_i` (a new row the largest
+    given so far, 1 before any) and is drawn with probability
+    :math:`P(i) = p_i^\alpha / \sum_j p_j^\alpha`, one draw in each of ``B`` equal
+    slices of the cumulative sum (stratified); the sample's importance-sampling weights
+    are :math:`w_i = (N P(i))^{-\beta} / \max_j (N P(j))^{-\beta}` over the ``N``
+    rows held, so that every weight is at most 1. :meth:`update_priorities` sets the
+    priorities of drawn rows, :math:`p_i = |\delta_i| + \epsilon`.
 
     Memory is allocated once: ``capacity x (2 x obs bytes + n_agents x 8 + 5)`` bytes,
     with ``nstep > 1`` another ``obs bytes + 4`` per transition (see :attr:`nbytes`).
@@ -72,12 +85,27 @@ class ReplayBuffer:
         n_agents (int): Agents per transition.
         nstep (int, optional): With ``nstep > 1`` every transition also holds the state
             it bootstraps from and its discount (:class:`NStepWindow`). (default: :obj:`1`)
+        alpha (float, optional): The priority exponent; 0 draws uniformly (and keeps no
+            priorities). (default: :obj:`0.0`)
+        priority_eps (float, optional): :math:`\epsilon`, added to every priority's
+            absolute TD error, so that no row becomes impossible to draw.
+            (default: :obj:`1e-6`)
     """
 
-    def __init__(self, capacity: int, obs_spec: ObsSpec, n_agents: int, nstep: int = 1) -> None:
+    def __init__(self, capacity: int, obs_spec: ObsSpec, n_agents: int, nstep: int = 1,
+                 alpha: float = 0.0, priority_eps: float = 1e-6) -> None:
         if not isinstance(capacity, int) or capacity <= 0:
             raise ValueError(f"capacity must be a positive int (got {capacity!r})")
+        if not alpha >= 0 or not priority_eps > 0:
+            raise ValueError(f"the priority exponent must be >= 0 and its epsilon > 0 "
+                             f"(got {alpha!r}, {priority_eps!r})")
         self.capacity, self.n_agents, self.nstep = capacity, n_agents, nstep
+        self.alpha, self.priority_eps = float(alpha), float(priority_eps)
+        # prioritized: each row's priority p_i (float64: their cumulative sum is drawn from)
+        self.priority: Optional[Tensor] = None
+        self.max_priority = 1.0
+        if alpha > 0:
+            self.priority = torch.zeros(capacity, dtype=torch.float64)
         self.obs_spec = dict(obs_spec)
         self.obs = {k: torch.zeros((capacity,) + tuple(s), dtype=d) for k, (s, d) in obs_spec.items()}
         self.next_obs = {k: torch.zeros_like(v) for k, v in self.obs.items()}
@@ -97,6 +125,8 @@ class ReplayBuffer:
             self.actions, self.reward, self.terminated]
         if self.boot_obs is not None:
             tensors += list(self.boot_obs.values()) + [self.discount]
+        if self.priority is not None:
+            tensors.append(self.priority)
         return sum(t.numel() * t.element_size() for t in tensors)
 
     def __len__(self) -> int:
@@ -140,17 +170,54 @@ class ReplayBuffer:
         self.terminated[idx] = rows["terminated"].cpu().bool()
         if self.discount is not None:
             self.discount[idx] = rows["discount"].cpu().float()
+        if self.priority is not None:
+            self.priority[idx] = self.max_priority
         self.pos = (self.pos + n) % self.capacity
         self.size = min(self.size + n, self.capacity)
 
-    def sample(self, batch_size: int, generator: Optional[torch.Generator] = None) -> ReplaySample:
+    def sample(self, batch_size: int, generator: Optional[torch.Generator] = None,
+               beta: float = 1.0) -> ReplaySample:
+        """``batch_size`` transitions drawn with replacement: uniformly, or (``alpha >
+        0``) by priority with their importance-sampling weights for exponent ``beta``
+        and the rows drawn, for :meth:`update_priorities`."""
         if self.size == 0:
             raise ValueError("cannot sample from an empty replay buffer")
-        idx = torch.randint(self.size, (batch_size,), generator=generator)
+        weight = None
+        if self.priority is None:
+            idx = torch.randint(self.size, (batch_size,), generator=generator)
+        else:
+            p = self.priority[:self.size] ** self.alpha
+            cdf = torch.cumsum(p, 0)
+            total = cdf[-1]
+            # one draw in each of batch_size equal slices of [0, total)
+            u = (torch.arange(batch_size, dtype=torch.float64)
+                 + torch.rand(batch_size, generator=generator, dtype=torch.float64))
+            idx = torch.searchsorted(cdf, u * (total / batch_size), right=True)
+            idx = idx.clamp(max=self.size - 1)  # (u * total rounded up to total)
+            # w_i / max_j w_j = (P(i) / min_j P(j))^-beta
+            weight = ((p[idx] / p.min()) ** -beta).float()
         pick = lambda d: None if d is None else {k: v[idx] for k, v in d.items()}  # noqa: E731
         return ReplaySample(pick(self.obs), self.actions[idx], self.reward[idx],
                             self.terminated[idx], pick(self.next_obs), pick(self.boot_obs),
-                            None if self.discount is None else self.discount[idx])
+                            None if self.discount is None else self.discount[idx],
+                            None if weight is None else idx, weight)
+
+    def update_priorities(self, index: Tensor, td_error: Tensor) -> None:
+        """Set the priorities of the rows ``index`` (``[B]``, as :meth:`sample` gave
+        them) to ``|td_error| + epsilon``; of a row drawn twice, the last one counts."""
+        if self.priority is None:
+            raise ValueError("a uniform replay buffer (alpha=0) keeps no priorities")
+        if index.shape != td_error.shape or index.dim() != 1:
+            raise ValueError(f"expected index and td_error [B] of one shape "
+                             f"(got {tuple(index.shape)}, {tuple(td_error.shape)})")
+        if not bool(torch.isfinite(td_error).all()):
+            raise ValueError("td_error has NaN or infinite values; refusing them as priorities")
+        if index.numel() and (int(index.min()) < 0 or int(index.max()) >= self.size):
+            raise ValueError(f"index holds rows outside the {self.size} held")
+        p = td_error.detach().to("cpu", torch.float64).abs() + self.priority_eps
+        self.priority[index.cpu()] = p
+        if p.numel():
+            self.max_priority = max(self.max_priority, float(p.max()))
 
     def state_dict(self) -> dict:
         n = self.size
@@ -162,6 +229,8 @@ class ReplayBuffer:
         if self.boot_obs is not None:
             out["boot_obs"] = {k: v[:n].clone() for k, v in self.boot_obs.items()}
             out["discount"] = self.discount[:n].clone()
+        if self.priority is not None:
+            out["priority"], out["max_priority"] = self.priority[:n].clone(), self.max_priority
         return out
 
     def load_state_dict(self, state: dict) -> None:
@@ -187,6 +256,9 @@ class ReplayBuffer:
         self.terminated[:n] = state["terminated"]
         if self.discount is not None:
             self.discount[:n] = state["discount"]
+        if self.priority is not None:  # (a uniform buffer's rows: each at priority 1)
+            self.priority[:n] = state.get("priority", torch.ones(n, dtype=torch.float64))
+            self.max_priority = state.get("max_priority", 1.0)
         self.pos, self.size = state["pos"] % self.capacity, n
 
 
