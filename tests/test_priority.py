@@ -62,14 +62,17 @@ def test_one_draw_per_slice_of_the_cumulative_sum():
 
 
 def test_new_rows_come_in_at_the_largest_priority_and_old_rows_keep_theirs():
+    """(The buffer holds each priority to the power alpha.)"""
     buf = buffer(3, 0.6, capacity=5, priority_eps=0.5)
     assert buf.priority[:3].tolist() == [1.0, 1.0, 1.0]  # none given yet: 1
     buf.update_priorities(torch.tensor([0, 2]), torch.tensor([3.0, 0.25]))
-    assert buf.priority[:3].tolist() == [3.5, 1.0, 0.75] and buf.max_priority == 3.5
+    powered = torch.tensor([3.5, 1.0, 0.75], dtype=torch.float64) ** 0.6
+    assert torch.allclose(buf.priority[:3], powered) and buf.max_priority == 3.5
     buf.update_priorities(torch.tensor([0]), torch.tensor([0.0]))  # lowered: the maximum stays
     x = {"x": torch.tensor([9, 9], dtype=torch.int16)}
     buf.add(x, torch.zeros(2, 1, dtype=torch.long), torch.zeros(2), torch.zeros(2, dtype=torch.bool), x)
-    assert buf.priority[:5].tolist() == [0.5, 1.0, 0.75, 3.5, 3.5]
+    want = torch.tensor([0.5, 1.0, 0.75, 3.5, 3.5], dtype=torch.float64) ** 0.6
+    assert torch.allclose(buf.priority[:5], want)
 
 
 def test_a_uniform_buffer_draws_as_before_and_keeps_no_priorities():
@@ -113,6 +116,12 @@ def test_priorities_survive_a_checkpoint_and_the_draws_go_on_alike():
     c = ReplayBuffer(6, SPEC, 1, alpha=0.6)
     c.load_state_dict(buffer(6, 0.0).state_dict())
     assert c.priority[:6].tolist() == [1.0] * 6
+    # a checkpoint of commit 15f681c, which held the priorities themselves
+    old = a.state_dict()
+    del old["priority_power"]
+    old["priority"] = torch.tensor([1.5, 3.0, 1.0, 7.0, 0.1, 2.0], dtype=torch.float64)
+    c.load_state_dict(old)
+    assert torch.allclose(c.priority[:6], old["priority"] ** 0.6)
 
 
 # The learners -----------------------------------------------------------------------------
@@ -214,7 +223,7 @@ def test_the_loop_passes_weights_and_stores_the_errors_as_priorities(tmp_path):
     ids = row_id(tr.buffer.obs)[:len(tr.buffer)]
     assert len(set(ids.tolist())) == len(tr.buffer) == 6 and 0 < len(drawn) < 6
     for i, x in enumerate(ids.tolist()):
-        assert tr.buffer.priority[i] == (abs(x) + 0.5 if x in drawn else 1.0)
+        assert tr.buffer.priority[i] == pytest.approx((abs(x) + 0.5) ** 0.6 if x in drawn else 1.0)
 
 
 def test_a_learner_that_cannot_weigh_is_refused(tmp_path):
@@ -250,6 +259,6 @@ def test_a_prioritized_run_trains_and_resumes_alike(tmp_path):
     assert read_csv(full / "eval.csv") == read_csv(cut / "eval.csv")
     state = torch.load(full / "checkpoint.pt", weights_only=True)["buffer"]
     assert len(set(state["priority"].tolist())) > 100  # (from 1536 rows: some never drawn)
-    assert state["max_priority"] >= max(1.0, float(state["priority"].max()))
+    assert state["max_priority"] ** 0.6 >= max(1.0, float(state["priority"].max()))
     assert train(tmp_path, "uniform") == 0  # and the priorities changed what was learned
     assert read_csv(tmp_path / "uniform" / "train.csv") != read_csv(full / "train.csv")

@@ -66,8 +66,9 @@ class ReplayBuffer:
     ``alpha > 0``, in proportion to a priority (Schaul et al., 2016, proportional
     variant).
 
-    Prioritized: row :math:`i` holds a priority :math:`p_i` (a new row the largest
-    given so far, 1 before any) and is drawn with probability
+    Prioritized: row :math:`i` has a priority :math:`p_i` (a new row the largest
+    given so far, 1 before any; :attr:`priority` holds :math:`p_i^\alpha`) and is drawn
+    with probability
     :math:`P(i) = p_i^\alpha / \sum_j p_j^\alpha`, one draw in each of ``B`` equal
     slices of the cumulative sum (stratified); the sample's importance-sampling weights
     are :math:`w_i = (N P(i))^{-\beta} / \max_j (N P(j))^{-\beta}` over the ``N``
@@ -101,7 +102,8 @@ class ReplayBuffer:
                              f"(got {alpha!r}, {priority_eps!r})")
         self.capacity, self.n_agents, self.nstep = capacity, n_agents, nstep
         self.alpha, self.priority_eps = float(alpha), float(priority_eps)
-        # prioritized: each row's priority p_i (float64: their cumulative sum is drawn from)
+        # prioritized: each row's p_i^alpha (float64: their cumulative sum is drawn from),
+        # and the largest p_i given so far
         self.priority: Optional[Tensor] = None
         self.max_priority = 1.0
         if alpha > 0:
@@ -171,7 +173,7 @@ class ReplayBuffer:
         if self.discount is not None:
             self.discount[idx] = rows["discount"].cpu().float()
         if self.priority is not None:
-            self.priority[idx] = self.max_priority
+            self.priority[idx] = self.max_priority ** self.alpha
         self.pos = (self.pos + n) % self.capacity
         self.size = min(self.size + n, self.capacity)
 
@@ -186,7 +188,7 @@ class ReplayBuffer:
         if self.priority is None:
             idx = torch.randint(self.size, (batch_size,), generator=generator)
         else:
-            p = self.priority[:self.size] ** self.alpha
+            p = self.priority[:self.size]
             cdf = torch.cumsum(p, 0)
             total = cdf[-1]
             # one draw in each of batch_size equal slices of [0, total)
@@ -215,7 +217,7 @@ class ReplayBuffer:
         if index.numel() and (int(index.min()) < 0 or int(index.max()) >= self.size):
             raise ValueError(f"index holds rows outside the {self.size} held")
         p = td_error.detach().to("cpu", torch.float64).abs() + self.priority_eps
-        self.priority[index.cpu()] = p
+        self.priority[index.cpu()] = p ** self.alpha
         if p.numel():
             self.max_priority = max(self.max_priority, float(p.max()))
 
@@ -231,6 +233,7 @@ class ReplayBuffer:
             out["discount"] = self.discount[:n].clone()
         if self.priority is not None:
             out["priority"], out["max_priority"] = self.priority[:n].clone(), self.max_priority
+            out["priority_power"] = self.alpha  # (the rows hold p_i^alpha)
         return out
 
     def load_state_dict(self, state: dict) -> None:
@@ -257,7 +260,10 @@ class ReplayBuffer:
         if self.discount is not None:
             self.discount[:n] = state["discount"]
         if self.priority is not None:  # (a uniform buffer's rows: each at priority 1)
-            self.priority[:n] = state.get("priority", torch.ones(n, dtype=torch.float64))
+            saved = state.get("priority", torch.ones(n, dtype=torch.float64))
+            # a checkpoint of commit 15f681c held p_i itself
+            power = state.get("priority_power", 1.0 if "priority" in state else self.alpha)
+            self.priority[:n] = saved ** (self.alpha / power)
             self.max_priority = state.get("max_priority", 1.0)
         self.pos, self.size = state["pos"] % self.capacity, n
 
