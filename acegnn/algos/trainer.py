@@ -810,10 +810,10 @@ class Trainer(TrainingLoop):
             sample = self.buffer.sample(cfg.batch_size, self.sample_gen, self.priority_beta())
         with phase("graphs"):
             args, nstep = self.batch(sample)
-        if sample.weight is None:
-            m = self.learner.update(*args, self.sample_gen, **nstep)
-        else:
-            m = self.learner.update(*args, self.sample_gen, weights=sample.weight, **nstep)
+        if sample.weight is not None:
+            nstep["weights"] = sample.weight
+        m = self.learner.update(*args, self.sample_gen, **nstep)
+        if sample.weight is not None:
             if not isinstance(m.get("td_errors"), Tensor):
                 raise TypeError(f"{type(self.learner).__name__}.update was given weights and "
                                 f"returned no td_errors tensor (prioritized replay)")
@@ -825,8 +825,7 @@ class Trainer(TrainingLoop):
     def priority_beta(self) -> float:
         """The importance-sampling exponent now: ``train.priority_beta`` raised linearly
         to 1 over ``train.total_samples``."""
-        beta, frac = self.cfg.priority_beta, min(1.0, self.samples / self.cfg.total_samples)
-        return beta + (1.0 - beta) * frac
+        return linear_epsilon(self.samples, self.cfg.priority_beta, 1.0, self.cfg.total_samples)
 
     def _announce(self) -> None:
         print(f"replay buffer: {self.buffer.capacity} transitions, "
