@@ -314,6 +314,27 @@ def test_aux_loss_keeps_reading_the_next_state():
     assert logs["aux_loss"] == pytest.approx(lrn.aux_loss(td.online, g, g2).item(), rel=1e-6)
 
 
+def test_aux_labels_can_span_the_n_steps():
+    """With ``aux_span=nstep`` the labels are s_{t+m} - s_t (the state the target
+    bootstraps from), as the official code's n-step samples give them; one step otherwise."""
+    g, g2, gb = graphs(S), graphs(S_NEXT), graphs(S_BOOT)
+    losses = {}
+    for span in ("step", "nstep"):
+        lrn = ace(aux_weight=1.0, aux_span=span)
+        _, logs = lrn.loss(g, ACTIONS, RETURN, TERMINATED, g2, boot_graphs=gb, discount=DISCOUNT)
+        td = lrn.td_targets(g, ACTIONS, RETURN, TERMINATED, g2)
+        # the head's prediction and the labels by hand: every feature's change, mean square
+        pred = lrn.net.aux_head(td.online.final_units, td.online.encoded.index)
+        later = gb if span == "nstep" else g2
+        errors = [(pred[t] - (later[t].x - g[t].x)).pow(2) for t in pred]
+        ref = sum(e.sum() for e in errors) / sum(e.numel() for e in errors)
+        assert logs["aux_loss"] == pytest.approx(ref.item(), rel=1e-6)
+        losses[span] = logs["aux_loss"]
+    assert losses["step"] != pytest.approx(losses["nstep"], rel=1e-3)  # S_NEXT and S_BOOT differ
+    with pytest.raises(ValueError, match="algo.aux_span"):
+        ACEDQNConfig(aux_span="episode")
+
+
 @pytest.mark.parametrize("name", ["iql", "qmix", "qtran"])
 def test_baseline_targets_bootstrap_from_the_state_after_m_steps(name):
     """R + discount * Q'_tot(s_{t+m}) (per agent for IQL), at the target agents' greedy

@@ -60,6 +60,7 @@ from acegnn.nn.selectors import EpsilonGreedy, Forced
 from acegnn.utils.phases import phase
 
 TARGETS = ("eq1", "last_agent")
+AUX_SPANS = ("step", "nstep")
 
 
 @dataclass
@@ -85,6 +86,11 @@ class ACEDQNConfig(QLearningConfig):
     aux_class_balance: bool = False
     """Average the auxiliary squared errors apart over the zero and the non-zero labels of
     each feature, then the two means (the official code's ``aux_class_balance``)."""
+    aux_span: str = "step"
+    """What the auxiliary labels span: ``step``, the change from :math:`s_t` to
+    :math:`s_{t+1}`, or ``nstep``, the change to the state the n-step target bootstraps
+    from, :math:`s_{t+m}` (the official code's: its n-step samples' ``next_obs``). The same
+    with ``nstep = 1``."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -93,6 +99,8 @@ class ACEDQNConfig(QLearningConfig):
             raise ValueError(f"algo.target must be one of {list(TARGETS)} (got {self.target!r})")
         if not 0.0 <= self.aux_weight < float("inf"):
             raise ValueError(f"algo.aux_weight must be finite and >= 0 (got {self.aux_weight})")
+        if self.aux_span not in AUX_SPANS:
+            raise ValueError(f"algo.aux_span must be one of {list(AUX_SPANS)} (got {self.aux_span!r})")
         if self.nstep > 1 and self.target == "eq1" and self.intermediate_discount:
             # Eq. 1 discounts each SE-state (gamma^n_agents per environment step), the
             # n-step return each environment step: the two would mix in one target
@@ -328,7 +336,8 @@ class ACEDQN(QLearner):
              boot_graphs: Optional[Batch] = None, discount: Optional[Tensor] = None,
              weights: Optional[Tensor] = None) -> Tuple[Tensor, Dict[str, float]]:
         """The loss of one gradient step on a replayed batch (TD, plus the auxiliary loss,
-        which reads ``next_graphs``, the states one step on) and its logs; ``boot_graphs``
+        which reads ``next_graphs``, the states one step on, or with ``aux_span=nstep``
+        ``boot_graphs`` where given) and its logs; ``boot_graphs``
         and ``discount`` as in :meth:`td_targets`. With ``weights`` (``[num_graphs]``,
         a prioritized replay's importance-sampling weights) each state's SE-state terms
         of the TD loss carry its weight (the auxiliary loss none), and the logs hold
@@ -353,7 +362,9 @@ class ACEDQN(QLearner):
         loss = td_loss
         if self.cfg.aux_weight > 0:
             with phase("aux_loss"):
-                aux = self.aux_loss(td.online, graphs, next_graphs)
+                later = (boot_graphs if self.cfg.aux_span == "nstep" and boot_graphs is not None
+                         else next_graphs)
+                aux = self.aux_loss(td.online, graphs, later)
             loss = td_loss + self.cfg.aux_weight * aux
             logs["aux_loss"] = aux.item()
         return loss, logs
