@@ -43,7 +43,7 @@ def run_counts(run: str, episodes: int, seed: int) -> dict:
         steps, won_shots = 0, 0
         act = greedy(learner, seed)
         for test, k in task.test_rounds(episodes, seed):
-            tally = OwnerTally(task.n_agents, test.num_envs)
+            tally = OwnerTally(task.n_agents, test.num_envs, task.features)
             ep = first_episodes(test, act, task.time_limit, tally)
             per_env = tally.counts
             won = ep.info["won"][:k].bool()

@@ -453,6 +453,68 @@ def test_sticky_flags_of_a_real_state_end_the_players_features():
         grf_graphs(units, avail, 3, sticky[:, :2])
 
 
+def test_official_features_are_the_official_codes_columns_of_a_real_state():
+    """env.features=official against the official code's _update_states written out by
+    hand on gfootball's own observation: positions from the goal (1, 0, 0), directions
+    / 0.02, and the relation of unit i to unit j: pos_i - pos_j on two axes and the same
+    divided by the distance over all 16 columns from the position on (sticky flags
+    included, whether or not they are features)."""
+    from acegnn.envs.grf import grf_graphs
+    from acegnn.envs.grf.task import RELATIONS
+
+    game = Game("academy_3_vs_1_with_keeper", seed=0)
+    try:
+        for _ in range(4):  # agent 0 sprints up-right with the ball, agent 1 dribbles
+            game.step([A["sprint"] if game.avail[0, A["sprint"]] else A["top_right"],
+                       A["dribble"] if game.avail[1, A["dribble"]] else A["bottom"], A["left"]])
+        raw = game.env.unwrapped.observation()
+        units, avail = torch.from_numpy(game.units)[None], torch.from_numpy(game.avail)[None]
+        sticky = torch.from_numpy(game.sticky)[None]
+        controllers = list(game.controller)
+    finally:
+        game.close()
+    o, goal = raw[0], np.array([1.0, 0.0, 0.0])
+    left = o["left_team"][1:]  # the official code drops our keeper: left players 1-3
+    n_opp = len(o["right_team"])
+    U = len(left) + n_opp + 1
+    cols = np.zeros((U, 16))  # the official states[:, 5:]: position, direction, sticky flags
+    cols[:3, 0:2] = left - goal[:2]
+    cols[3:3 + n_opp, 0:2] = o["right_team"] - goal[:2]
+    cols[-1, 0:3] = o["ball"] - goal
+    cols[:3, 3:5] = o["left_team_direction"][1:] / 0.02
+    cols[3:3 + n_opp, 3:5] = o["right_team_direction"] / 0.02
+    cols[-1, 3:6] = o["ball_direction"] / 0.02
+    cols[:3, 6:] = np.stack([raw[c]["sticky_actions"] for c in controllers])
+    assert cols[:3, 6:].sum() >= 2 and np.abs(cols[:3, 3:5]).sum() > 0  # flags on, players moving
+    disp = cols[:, None, :] - cols[None, :, :]
+    dist = np.sqrt((disp * disp).sum(2))
+    rel = np.stack([disp[..., 0], disp[..., 1], disp[..., 0] / (dist + 1e-8),
+                    disp[..., 1] / (dist + 1e-8)], axis=2)  # rel[i, j]: unit i reads unit j
+    paper = grf_graphs(units, avail, 3)
+    for feature_flags in (None, sticky):  # the flags as features or not: the same edges
+        g = grf_graphs(units, avail, 3, feature_flags, features="official", flags=sticky)
+        assert grf_schema(3, n_opp, feature_flags is not None, "official").node_types == \
+            {"player": 5 + (0 if feature_flags is None else 10), "opponent": 5, "ball": 8}
+        p = g["player"].x.double().numpy()
+        assert np.allclose(p[:, 0:4], cols[:3, [0, 1, 3, 4]], atol=1e-5)
+        assert np.array_equal(p[:, 4], paper["player"].x[:, 7].numpy())  # the owner flag, ours
+        assert np.allclose(g["opponent"].x[:, 0:4].double().numpy(),
+                           cols[3:3 + n_opp, [0, 1, 3, 4]], atol=1e-5)
+        assert np.allclose(g["ball"].x[0, :6].double().numpy(), cols[-1, :6], atol=1e-5)
+        assert torch.equal(g["ball"].x[0, 6:], paper["ball"].x[0, 6:])
+        first = {"player": 0, "opponent": 3, "ball": U - 1}
+        for et in RELATIONS:
+            src, dst = g[et].edge_index
+            want = rel[first[et[2]] + dst.numpy(), first[et[0]] + src.numpy()]
+            assert np.allclose(g[et].edge_attr.double().numpy(), want, atol=1e-5), et
+    assert not np.allclose(rel[..., 2:], disp[..., :2] / (np.linalg.norm(disp[..., :2], axis=2,
+                                                                          keepdims=True) + 1e-8))
+    with pytest.raises(ValueError, match=r"features must be one of \['paper', 'official'\]"):
+        grf_graphs(units, avail, 3, features="cds")
+    with pytest.raises(ValueError, match=r"env.features must be one of"):
+        GRFConfig(features="goal")
+
+
 def test_the_task_stores_the_flags_and_builds_the_graphs_its_config_asks_for():
     task = GRFTask("academy_3_vs_1_with_keeper", num_envs=1, seed=0, num_workers=1,
                    sticky_features=True)
@@ -463,6 +525,16 @@ def test_the_task_stores_the_flags_and_builds_the_graphs_its_config_asks_for():
         obs = task.observe()
         assert task.schema.node_types["player"] == 18
         assert torch.equal(task.graphs(obs)["player"].x[:, 8:], obs["sticky"][0])
+    finally:
+        task.close()
+    task = GRFConfig(num_envs=1, num_workers=1, features="official").make(0)
+    try:  # the official columns, and the pitch positions read back from them
+        obs = task.observe()
+        g = task.graphs(obs)
+        assert task.schema.node_types["player"] == 5 and g["player", "near", "ball"].edge_attr.shape[1] == 4
+        units = obs["units"][0]
+        assert torch.allclose(g["player"].x[:, :2], units[:3, :2] - torch.tensor([1.0, 0.0]))
+        assert torch.allclose(task.unit_positions(g), units[:, :2], atol=1e-6)
     finally:
         task.close()
 

@@ -552,6 +552,10 @@ def test_football_ball_owners_action_counted_by_hand():
     # a step past an episode's end is not counted
     assert torch.equal(owner_counts(graphs, actions, torch.tensor([False, True, True]), 3)[0],
                        torch.zeros(len(GROUPS) + 2))
+    # the official code's features: no unit ids, x from the goal; the same counts
+    official = grf_graphs(units, torch.ones(3, 3, 19, dtype=torch.bool), 3, features="official")
+    assert torch.allclose(owner_counts(official, actions, torch.tensor([True, True, True]), 3,
+                                       "official"), want)
 
 
 def test_value_on_states_returns_to_go_by_hand(monkeypatch):

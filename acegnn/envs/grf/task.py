@@ -9,6 +9,11 @@ GRF" and the interaction-aware action embedding).
   ``(x, y, z)``, direction (times :data:`SPEED_SCALE`) and two flags, owned by us and
   owned by them.
 * **Edges**: every ordered pair of distinct units; features ``dst - src`` on the two axes.
+* With ``features="official"``, the official code's columns (``gfootball_academy_env_ace.py``):
+  no unit ids, positions relative to the goal ``(1, 0, 0)``, and 4 edge features ``dx, dy,
+  dx / d, dy / d`` where ``d`` is, as its code computes it, the distance over every column
+  from the position on (position, direction times :data:`SPEED_SCALE`, the players' sticky
+  flags), not over the position alone (:data:`FEATURE_SETS`).
 * **Actions**: gfootball's 19 standard actions, one kind each (slot = action id), all
   ``targeted`` at the ball. Only the ball owner's actions send a passive message to the
   ball (``target_on`` per state). Availability:
@@ -44,7 +49,13 @@ SPEED_SCALE = 50.0
 NODE_TYPES = ("player", "opponent", "ball")
 RELATIONS = tuple((s, "near", d) for s in NODE_TYPES for d in NODE_TYPES
                   if not (s == d == "ball"))
-EDGE_FEATURES = 2  # dx, dy
+EDGE_FEATURES = {"paper": 2, "official": 4}  # dx, dy; and dx / d, dy / d
+#: The feature sets (``env.features``): paper (the paper's feature table) or official (the
+#: official code's columns; the possession flags stay ours: its code flags row
+#: ``ball_owned_player - 1`` of our players whichever team owns the ball).
+FEATURE_SETS = ("paper", "official")
+#: Where the official code's positions are measured from: the goal it attacks.
+GOAL = (1.0, 0.0, 0.0)
 BALL_FEATURES = 8  # x, y, z, dx, dy, dz, owned by us, owned by them
 #: One grid step of a move action drawn as an arrow (``y`` grows downwards).
 MOVE_VECTORS = {"left": (-1, 0), "top_left": (-1, -1), "top": (0, -1), "top_right": (1, -1),
@@ -52,14 +63,19 @@ MOVE_VECTORS = {"left": (-1, 0), "top_left": (-1, -1), "top": (0, -1), "top_righ
 
 
 @lru_cache(maxsize=None)
-def grf_schema(n_agents: int, n_opponents: int, sticky: bool = False) -> GraphSchema:
+def grf_schema(n_agents: int, n_opponents: int, sticky: bool = False,
+               features: str = "paper") -> GraphSchema:
     """The schema of a scenario with ``n_agents`` players and ``n_opponents`` opponents
-    (the unit-id one-hots make the widths depend on the counts); ``sticky``: the players'
-    features end with their sticky-action flags."""
-    player = n_agents + 5 + (len(STICKY) if sticky else 0)
+    (the paper's unit-id one-hots make the widths depend on the counts); ``sticky``: the
+    players' features end with their sticky-action flags; ``features``: one of
+    :data:`FEATURE_SETS`."""
+    check_choice("features", features, FEATURE_SETS)
+    ids = features == "paper"
+    player = (n_agents if ids else 0) + 5 + (len(STICKY) if sticky else 0)
     return GraphSchema(
-        node_types={"player": player, "opponent": n_opponents + 5, "ball": BALL_FEATURES},
-        edge_types={et: EDGE_FEATURES for et in RELATIONS},
+        node_types={"player": player, "opponent": (n_opponents if ids else 0) + 5,
+                    "ball": BALL_FEATURES},
+        edge_types={et: EDGE_FEATURES[features] for et in RELATIONS},
         agent_types=("player",),
         action_kinds=tuple(ActionKind(a, targeted=True) for a in ACTIONS),
     )
@@ -79,40 +95,59 @@ def grf_layout(n_agents: int, n_opponents: int) -> DenseLayout:
 
 
 def grf_graphs(units: Tensor, avail: Tensor, n_agents: int,
-               sticky: Optional[Tensor] = None) -> Batch:
+               sticky: Optional[Tensor] = None, features: str = "paper",
+               flags: Optional[Tensor] = None) -> Batch:
     """Graph batch of observations ``units`` ``[B, U, 7]`` and ``avail``
     ``[B, n_agents, 19]`` (the opponents are the rows between the agents and the ball);
-    ``sticky`` ``[B, n_agents, 10]``, when given, ends the players' features."""
+    ``sticky`` ``[B, n_agents, 10]``, when given, ends the players' features;
+    ``features``: one of :data:`FEATURE_SETS`. The official edge features' distance reads
+    the players' sticky flags ``flags`` (``[B, n_agents, 10]``; default ``sticky``, or
+    none) whether or not they are features, as the official code's does."""
+    check_choice("features", features, FEATURE_SETS)
     if units.dim() != 3 or units.size(2) != len(UNIT_COLUMNS) or units.size(1) < n_agents + 2:
         raise ValueError(f"units must be [B, n_agents + n_opponents + 1, {len(UNIT_COLUMNS)}] "
                          f"with {n_agents} agents (got {tuple(units.shape)})")
     B, U, _ = units.shape
     if avail.shape != (B, n_agents, N_ACTIONS):
         raise ValueError(f"avail must be [{B}, {n_agents}, {N_ACTIONS}] (got {tuple(avail.shape)})")
-    if sticky is not None and sticky.shape != (B, n_agents, len(STICKY)):
-        raise ValueError(f"sticky must be [{B}, {n_agents}, {len(STICKY)}] "
-                         f"(got {tuple(sticky.shape)})")
+    for name, value in (("sticky", sticky), ("flags", flags)):
+        if value is not None and value.shape != (B, n_agents, len(STICKY)):
+            raise ValueError(f"{name} must be [{B}, {n_agents}, {len(STICKY)}] "
+                             f"(got {tuple(value.shape)})")
     n_opp = U - n_agents - 1
     units = units.float()
+    official = features == "official"
     pos, speed, owns = units[..., 0:2], units[..., 3:5] * SPEED_SCALE, units[..., 6:7]
+    where = (pos - pos.new_tensor(GOAL[:2])) if official else pos  # the features' positions
     rows = {"player": slice(0, n_agents), "opponent": slice(n_agents, U - 1),
             "ball": slice(U - 1, U)}
     x = {}
     for t, n in (("player", n_agents), ("opponent", n_opp)):
         s = rows[t]
-        ids = torch.eye(n, dtype=units.dtype, device=units.device).expand(B, n, n)
-        x[t] = torch.cat([ids, pos[:, s], speed[:, s], owns[:, s]], dim=2)
+        ids = [] if official else [torch.eye(n, dtype=units.dtype, device=units.device).expand(B, n, n)]
+        x[t] = torch.cat(ids + [where[:, s], speed[:, s], owns[:, s]], dim=2)
     if sticky is not None:
         x["player"] = torch.cat([x["player"], sticky.to(units.dtype)], dim=2)
     ball = units[:, -1]
     team = ball[:, 6:7]
-    x["ball"] = torch.cat([ball[:, 0:3], ball[:, 3:6] * SPEED_SCALE, (team == 0).to(units.dtype),
+    ball_pos = (ball[:, 0:3] - ball.new_tensor(GOAL)) if official else ball[:, 0:3]
+    x["ball"] = torch.cat([ball_pos, ball[:, 3:6] * SPEED_SCALE, (team == 0).to(units.dtype),
                            (team == 1).to(units.dtype)], dim=1).unsqueeze(1)
     layout = grf_layout(n_agents, n_opp)
+    if official:  # the columns the official code's distance runs over, [B, U, 16]
+        flags = sticky if flags is None else flags
+        state = units.new_zeros(B, U, len(STICKY))
+        if flags is not None:
+            state[:, :n_agents] = flags.to(units.dtype)
+        state = torch.cat([units[..., 0:3], units[..., 3:6] * SPEED_SCALE, state], dim=2)
     edge_attr = {}
     for et in RELATIONS:
         src, dst = layout.edge_index[et]
-        edge_attr[et] = pos[:, rows[et[2]]][:, dst] - pos[:, rows[et[0]]][:, src]  # [B, E, 2]
+        delta = pos[:, rows[et[2]]][:, dst] - pos[:, rows[et[0]]][:, src]  # [B, E, 2]
+        if official:
+            d = state[:, rows[et[2]]][:, dst] - state[:, rows[et[0]]][:, src]
+            delta = torch.cat([delta, delta / (d.norm(dim=2, keepdim=True) + 1e-8)], dim=2)
+        edge_attr[et] = delta
     # only the ball owner's actions reach the ball: [B, n_agents * 19]
     target_on = (owns[:, :n_agents, 0] > 0).repeat_interleave(N_ACTIONS, dim=1)
     out = layout.batch(x, edge_attr, avail.reshape(B, -1).bool(), target_on=target_on)
@@ -131,22 +166,31 @@ _GROUP_OF = torch.tensor([next(i for i, names in enumerate(OWNER_GROUPS.values()
                           for a in ACTIONS])
 
 
-def owner_counts(graphs: Batch, actions: Tensor, counted: Tensor, n_agents: int) -> Tensor:
+def position_column(n_agents: int, features: str = "paper") -> int:
+    """The column of a player's ``x`` in :func:`grf_graphs`' features (after the paper's
+    unit ids); its possession flag is 4 columns on (after ``x, y`` and the speed)."""
+    check_choice("features", features, FEATURE_SETS)
+    return n_agents if features == "paper" else 0
+
+
+def owner_counts(graphs: Batch, actions: Tensor, counted: Tensor, n_agents: int,
+                 features: str = "paper") -> Tensor:
     """``[num_envs, len(OWNER_GROUPS) + 2]`` per environment of one step: the ball owner's
-    action group (one-hot), then its ``x`` if it shot, then 1 if one of our agents owns
-    the ball; zeros for environments whose step is not ``counted``. ``actions``
-    ``[num_envs, n_agents]``, ``graphs`` built by :func:`grf_graphs`."""
+    action group (one-hot), then its pitch ``x`` if it shot, then 1 if one of our agents
+    owns the ball; zeros for environments whose step is not ``counted``. ``actions``
+    ``[num_envs, n_agents]``, ``graphs`` built by :func:`grf_graphs` with ``features``."""
     n = actions.size(0)
     x = graphs["player"].x.cpu().view(n, n_agents, -1)
-    owns = x[..., n_agents + 4] > 0  # the possession column, after the ids and x, y, speed
+    at = position_column(n_agents, features)
+    owns = x[..., at + 4] > 0
     has = owns.any(1) & counted.cpu()
     owner = owns.float().argmax(1)
     act = actions.cpu().gather(1, owner.unsqueeze(1)).squeeze(1)
     rows = torch.arange(n)
     out = torch.zeros(n, len(OWNER_GROUPS) + 2)
     out[rows, _GROUP_OF[act]] = 1.0
-    out[:, -2] = torch.where(act == ACTIONS.index("shot"), x[rows, owner, n_agents],
-                             torch.zeros(()))
+    pitch_x = x[rows, owner, at] + (GOAL[0] if features == "official" else 0.0)
+    out[:, -2] = torch.where(act == ACTIONS.index("shot"), pitch_x, torch.zeros(()))
     out[:, -1] = 1.0
     return out * has.unsqueeze(1)
 
@@ -156,13 +200,13 @@ class OwnerTally:
     :func:`acegnn.envs.base.first_episodes`. ``counts`` ``[num_envs, len(OWNER_GROUPS) +
     2]`` per episode (one an engine restart voided starts again from zero)."""
 
-    def __init__(self, n_agents: int, num_envs: int) -> None:
-        self.n_agents = n_agents
+    def __init__(self, n_agents: int, num_envs: int, features: str = "paper") -> None:
+        self.n_agents, self.features = n_agents, features
         self.counts = torch.zeros(num_envs, len(OWNER_GROUPS) + 2)
 
     def __call__(self, graphs: Batch, actions: Tensor, counted: Tensor, restarted: Tensor) -> None:
         self.counts[restarted.cpu()] = 0.0
-        self.counts += owner_counts(graphs, actions, counted, self.n_agents)
+        self.counts += owner_counts(graphs, actions, counted, self.n_agents, self.features)
 
 
 @dataclass
@@ -205,6 +249,7 @@ class GRFTask(VecTask):
             with its defaults.
         sticky_features (bool, optional): The players' features end with their
             sticky-action flags. (default: :obj:`False`)
+        features (str, optional): One of :data:`FEATURE_SETS`. (default: :obj:`"paper"`)
         eval_envs (int, optional): Games that play the test episodes (in rounds), made
             at the first evaluation and kept. (default: :obj:`8`)
         step_timeout (float, optional): Seconds before an engine process that has not
@@ -223,8 +268,10 @@ class GRFTask(VecTask):
                  eval_envs: int = 8, step_timeout: float = 30.0,
                  start_timeout: float = 120.0, backend: str = "process",
                  ray_address: Optional[str] = None, ray_cpus: float = 1.0,
-                 action_mask: str = "ours") -> None:
+                 action_mask: str = "ours", features: str = "paper") -> None:
         self.spec = get_scenario(scenario)
+        check_choice("features", features, FEATURE_SETS)
+        self.features = features
         if isinstance(eval_envs, bool) or not isinstance(eval_envs, int) or eval_envs < 1:
             raise ValueError(f"eval_envs must be a positive integer (got {eval_envs!r})")
         self.num_envs, self.seed, self.time_limit = num_envs, seed, time_limit
@@ -235,7 +282,7 @@ class GRFTask(VecTask):
                                step_timeout=step_timeout, start_timeout=start_timeout,
                                backend=backend, ray_address=ray_address, ray_cpus=ray_cpus)
         self.n_agents = self.spec.n_agents
-        self.schema = grf_schema(self.n_agents, self.spec.n_right, self.sticky_features)
+        self.schema = grf_schema(self.n_agents, self.spec.n_right, self.sticky_features, features)
         self.obs_spec = {"units": ((self.spec.n_units, len(UNIT_COLUMNS)), torch.float32),
                          "avail": ((self.n_agents, N_ACTIONS), torch.bool),
                          "sticky": ((self.n_agents, len(STICKY)), torch.float32)}
@@ -263,7 +310,8 @@ class GRFTask(VecTask):
 
     def graphs(self, obs: Dict[str, Tensor]) -> Batch:
         return grf_graphs(obs["units"], obs["avail"], self.n_agents,
-                          obs["sticky"] if self.sticky_features else None)
+                          obs["sticky"] if self.sticky_features else None, self.features,
+                          obs["sticky"])
 
     def restart(self, seed: int) -> None:
         """A new episode in every game, drawn from ``seed`` (the same seed, the same
@@ -279,7 +327,7 @@ class GRFTask(VecTask):
             self._eval[2].close()
             self._eval = None
         test = GRFTask(self.spec, games, seed, sticky_features=self.sticky_features,
-                       eval_envs=self.eval_envs, **self._pool_args)
+                       eval_envs=self.eval_envs, features=self.features, **self._pool_args)
         self._eval = (seed, games, test)
         return test
 
@@ -304,7 +352,7 @@ class GRFTask(VecTask):
         training task's seed."""
         returns, length, won, owner = [], [], [], []
         for test, k in self.test_rounds(episodes, seed):
-            tally = OwnerTally(self.n_agents, test.num_envs)
+            tally = OwnerTally(self.n_agents, test.num_envs, self.features)
             ep = first_episodes(test, act, self.time_limit, tally)
             returns.append(ep.returns[:k])
             length.append(ep.length[:k].float())
@@ -347,12 +395,16 @@ class GRFTask(VecTask):
                      invert_y=True)
 
     def unit_positions(self, graphs: Batch) -> Tensor:
-        """Each unit's ``(x, y)`` read back from its features."""
+        """Each unit's ``(x, y)`` on the pitch, read back from its features."""
         idx = unit_index(self.schema, graphs, check=False)
         pos = torch.empty(idx.num_units, 2)
-        ids = {"player": self.n_agents, "opponent": self.spec.n_right, "ball": 0}
+        official = self.features == "official"
+        ids = {"player": position_column(self.n_agents, self.features),
+               "opponent": position_column(self.spec.n_right, self.features), "ball": 0}
         for t, k in ids.items():
             pos[idx.flat[t].cpu()] = graphs[t].x[:, k:k + 2].float().cpu()
+        if official:
+            pos += torch.tensor(GOAL[:2])
         return pos
 
     def __repr__(self) -> str:
@@ -387,6 +439,11 @@ class GRFConfig:
     sticky_features: bool = False
     """Each player's features end with its 10 sticky-action flags (the official code's;
     not in the paper's feature table)."""
+    features: str = "paper"
+    """The units' and edges' features: paper (its feature table: unit ids, pitch positions,
+    the distance on two axes) or official (the official code's columns: no unit ids,
+    positions relative to the goal, 4 edge features: the distance on two axes and the
+    same divided by its distance over every column; docs/grf.md, "The graph")."""
     action_mask: str = "ours"
     """The actions offered: ours (dribble to any agent not dribbling, release_direction
     while moving, sliding while our team does not own the ball) or official (the official
@@ -417,7 +474,7 @@ class GRFConfig:
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"env.{key} must be a positive integer (got {value!r})")
         for key, choices in (("reward", REWARDS), ("action_mask", ACTION_MASKS),
-                             ("backend", BACKENDS)):
+                             ("backend", BACKENDS), ("features", FEATURE_SETS)):
             check_choice(f"env.{key}", getattr(self, key), choices)
         for key in ("step_timeout", "start_timeout"):
             if not getattr(self, key) > 0:
@@ -433,4 +490,4 @@ class GRFConfig:
                        self.goal_reward, self.end_reward, self.reward, self.time_limit_terminal,
                        self.sticky_features, self.eval_envs, self.step_timeout,
                        self.start_timeout, self.backend, self.ray_address, self.ray_cpus,
-                       self.action_mask)
+                       self.action_mask, self.features)
