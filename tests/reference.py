@@ -232,7 +232,10 @@ def add_action(net, d: HeteroData, units: Tensor, a: int) -> Tensor:
     units[r] = units[r] + net.action_encoder.active[kind]
     if enc.passive and targeted:
         t_name = schema.node_type_names[actor_type]
-        out = seq(enc.passive_encoders[t_name], d[t_name].x[actor])
+        # the actor's node features (the paper's), or its encoded embedding (the official
+        # football code's): the state's, before any message
+        read = encode_units(net, d)[r] if enc.embedded else d[t_name].x[actor]
+        out = seq(enc.passive_encoders[t_name], read)
         col = list(schema.targeted_kinds).index(kind)
         passive = out.view(len(schema.targeted_kinds), -1)[col]
         units[tr] = units[tr] + passive

@@ -368,6 +368,9 @@ def test_config_errors():
     with pytest.raises(ValueError, match="model.messages=kind only"):
         IndividualQ.from_config(ACENetwork(spiders_fly_schema(), hidden=8),
                                 ModelConfig(hidden=8, messages="pair"))
+    with pytest.raises(ValueError, match="model.passive_input=features only"):
+        IndividualQ.from_config(ACENetwork(spiders_fly_schema(), hidden=8),
+                                ModelConfig(hidden=8, passive_input="embedding"))
 
 
 def test_battle_observations_against_sight_ranges_by_hand():

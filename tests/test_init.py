@@ -116,6 +116,25 @@ def test_model_passive_width_sets_the_passive_encoders_inner_width():
         load_config("configs/spiders_fly_5x5.yaml", ["model.value_layers=0"])
 
 
+def test_model_passive_input_embedding_feeds_the_passive_encoder_the_unit_embedding():
+    """``model.passive_input=embedding`` (the official football code's) reaches the
+    passive encoder through the config: its first layer reads ``hidden`` inputs, where
+    the paper's reads the acting unit's node features; anything else is refused."""
+    from acegnn.config import load_config
+    from acegnn.nn import ACENetwork
+
+    schema = smac_like_schema()
+    for given, width in [("features", None), ("embedding", 8)]:
+        cfg = load_config("configs/spiders_fly_5x5.yaml",
+                          ["model.hidden=8", f"model.passive_input={given}"]).model
+        net = ACENetwork.from_config(schema, cfg)
+        assert net.action_encoder.embedded == (given == "embedding")
+        for t, m in net.action_encoder.passive_encoders.items():
+            assert m[0].in_features == (width or schema.node_types[t])
+    with pytest.raises(ValueError, match="model.passive_input must be one of"):
+        load_config("configs/spiders_fly_5x5.yaml", ["model.passive_input=state"])
+
+
 def test_value_layers_set_every_value_encoders_depth():
     """``model.value_layers``: ACE's value head, ACE-CTDE's individual one and ACE-PPO's
     logit head, while the node encoders keep ``model.layers``."""

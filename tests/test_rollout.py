@@ -93,15 +93,18 @@ def test_attention_convs_match_hand_written_layers(conv, heads, monkeypatch):
     assert max_error_against_reference(net, states, ro) < 1e-5
 
 
-@pytest.mark.parametrize("passive,layers,messages,value_layers", [
-    (True, 1, "kind", None), (False, 1, "kind", None), (True, 3, "kind", None),
-    (True, 1, "pair", None), (True, 2, "pair", None), (False, 2, "pair", None),
-    (True, 1, "kind", 2), (True, 2, "kind", 1)])
-def test_matches_reference_with_and_without_passive(passive, layers, messages, value_layers):
+@pytest.mark.parametrize("passive,layers,messages,value_layers,passive_input", [
+    (True, 1, "kind", None, "features"), (False, 1, "kind", None, "features"),
+    (True, 3, "kind", None, "features"), (True, 1, "pair", None, "features"),
+    (True, 2, "pair", None, "features"), (False, 2, "pair", None, "features"),
+    (True, 1, "kind", 2, "features"), (True, 2, "kind", 1, "features"),
+    (True, 1, "kind", None, "embedding"), (True, 2, "kind", None, "embedding")])
+def test_matches_reference_with_and_without_passive(passive, layers, messages, value_layers,
+                                                    passive_input):
     torch.manual_seed(1)
     schema, states = make_states(seed=3, mask_prob=0.5)
     net = ACENetwork(schema, hidden=32, passive=passive, pool="mean_max", layers=layers,
-                     messages=messages, value_layers=value_layers)
+                     messages=messages, value_layers=value_layers, passive_input=passive_input)
     if value_layers is not None:  # the value encoder's depth alone
         assert net.value_head.layers == value_layers
         assert len(net.unit_encoder.node_encoders["ally"]) == 2 * layers
@@ -110,16 +113,19 @@ def test_matches_reference_with_and_without_passive(passive, layers, messages, v
     assert max_error_against_reference(net, states, ro) < 1e-5
 
 
-@pytest.mark.parametrize("layers", [1, 2])
-def test_passive_table_of_given_actions_matches_hand_computed_entries(layers):
+@pytest.mark.parametrize("layers,passive_input", [(1, "features"), (2, "features"),
+                                                   (2, "embedding")])
+def test_passive_table_of_given_actions_matches_hand_computed_entries(layers, passive_input):
     """``encode(passive_rows=...)`` computes only the passive entries the given actions
     read (each agent's row of the compact table, one kind's slice of the last layer): they
-    equal the encoder run by hand on the actor's features, every other entry is zero, and
+    equal the encoder run by hand on the actor's features (or, with
+    ``passive_input="embedding"``, its row of the encoded units), every other entry is zero, and
     the gradients are those of the full table restricted to the same entries (the last
     layer's slices of kinds no action reads get zero)."""
     torch.manual_seed(0)
     schema, states = make_states(seed=6, mask_prob=0.0)
-    net = ACENetwork(schema, hidden=8, layers=layers, passive_width=24)
+    net = ACENetwork(schema, hidden=8, layers=layers, passive_width=24,
+                     passive_input=passive_input)
     b = collate(states)
     full = net.encode(b)
     idx = full.index
@@ -137,7 +143,8 @@ def test_passive_table_of_given_actions_matches_hand_computed_entries(layers):
             col = list(schema.targeted_kinds).index(kind)
             unit = int(idx.agents[agent])
             t = next(t for t, r in idx.flat.items() if bool((r == unit).any()))
-            x = b[t].x[(idx.flat[t] == unit).nonzero().item()]
+            x = full.units[unit] if passive_input == "embedding" else \
+                b[t].x[(idx.flat[t] == unit).nonzero().item()]
             by_hand = R.seq(net.action_encoder.passive_encoders[t], x).view(-1, 8)[col]
             block = int(part.passive_block[agent])
             assert torch.allclose(part.passive[block, col], by_hand, atol=1e-6)
@@ -417,6 +424,9 @@ def test_repr():
     assert str(deep).endswith("layers=2, value_layers=3)")
     pairs = ACENetwork(schema, hidden=8, messages="pair")
     assert "messages=pair" in str(pairs) and "pairs=True" in str(pairs.action_encoder)
+    assert str(pairs.action_encoder).endswith("pairs=True, embedded=False)")
+    embedded = ACENetwork(schema, hidden=8, passive_input="embedding")
+    assert str(embedded.action_encoder).endswith("pairs=False, embedded=True)")
     assert str(net.value_head) == "ValueHead(32, pool=max, layers=1)"
     assert str(net.unit_encoder) == "UnitEncoder(32, conv=gatv2)"
 
@@ -429,6 +439,8 @@ def test_bad_network_arguments():
         ACENetwork(schema, pool="median")
     with pytest.raises(ValueError, match="hidden"):
         ACENetwork(schema, hidden=0)
+    with pytest.raises(ValueError, match="passive_input must be one of"):
+        ACENetwork(schema, passive_input="embeddings")
     net = ACENetwork(schema, hidden=8)
     _, states = make_states()
     with pytest.raises(ValueError, match="epsilon"):

@@ -22,6 +22,8 @@ from acegnn.nn.value_head import ValueHead
 
 #: Values of ``model.messages``.
 MESSAGES = ("kind", "pair")
+#: Values of ``model.passive_input``.
+PASSIVE_INPUTS = ("features", "embedding")
 
 
 @dataclass
@@ -54,6 +56,10 @@ class ModelConfig(MLPConfig):
     kind, a passive message from the actor's node features) or ``pair`` (the official
     SMAC code's: both from an MLP over the actor's and the target's embeddings and their
     edge's features)."""
+    passive_input: str = "features"
+    """What the passive encoder (``messages: kind``) reads of the acting unit: its node
+    ``features`` (the paper's) or its ``embedding``, the unit encoder's output (the
+    official football code's: ``_action_encoder`` over the agent's embedding)."""
 
     @property
     def value_depth(self) -> int:
@@ -77,6 +83,9 @@ class ModelConfig(MLPConfig):
             raise ValueError(f"model.passive_width must be null or >= 1 (got {self.passive_width})")
         if self.messages not in MESSAGES:
             raise ValueError(f"model.messages must be one of {list(MESSAGES)} (got {self.messages!r})")
+        if self.passive_input not in PASSIVE_INPUTS:
+            raise ValueError(f"model.passive_input must be one of {list(PASSIVE_INPUTS)} "
+                             f"(got {self.passive_input!r})")
 
 
 class ACENetwork(nn.Module):
@@ -106,6 +115,9 @@ class ACENetwork(nn.Module):
             (:class:`ModelConfig`). (default: :obj:`"kind"`)
         value_layers (int, optional): Depth of the value encoder alone. (default:
             :obj:`None`, ``layers``)
+        passive_input (str, optional): What the passive encoder reads of the actor,
+            ``"features"`` or ``"embedding"`` (:class:`ModelConfig`). (default:
+            :obj:`"features"`)
     """
 
     def __init__(self, schema: GraphSchema, hidden: int = 128, conv: str = "ace",
@@ -113,7 +125,7 @@ class ACENetwork(nn.Module):
                  conv_kwargs: Optional[dict] = None, layers: int = 1,
                  init: str = "torch", conv_layers: int = 1,
                  passive_width: Optional[int] = None, messages: str = "kind",
-                 value_layers: Optional[int] = None) -> None:
+                 value_layers: Optional[int] = None, passive_input: str = "features") -> None:
         super().__init__()
         if not isinstance(hidden, int) or hidden <= 0:
             raise ValueError(f"hidden must be a positive int (got {hidden!r})")
@@ -121,8 +133,12 @@ class ACENetwork(nn.Module):
         self.unit_encoder = UnitEncoder(schema, hidden, conv, conv_kwargs, layers, conv_layers)
         if messages not in MESSAGES:
             raise ValueError(f"messages must be one of {list(MESSAGES)} (got {messages!r})")
+        if passive_input not in PASSIVE_INPUTS:
+            raise ValueError(f"passive_input must be one of {list(PASSIVE_INPUTS)} "
+                             f"(got {passive_input!r})")
         self.action_encoder = ActionEncoder(schema, hidden, passive, layers, passive_width,
-                                            pairs=messages == "pair")
+                                            pairs=messages == "pair",
+                                            embedded=passive_input == "embedding")
         self.value_head = ValueHead(hidden, pool, layers if value_layers is None else value_layers)
         self.init = init
         init_relu_layers(self, init)
@@ -132,7 +148,8 @@ class ACENetwork(nn.Module):
         return cls(schema, hidden=cfg.hidden, conv=cfg.conv, pool=cfg.pool, passive=cfg.passive,
                    conv_kwargs=dict(cfg.conv_kwargs), layers=cfg.layers, init=cfg.init,
                    conv_layers=cfg.conv_layers, passive_width=cfg.passive_width,
-                   messages=cfg.messages, value_layers=cfg.value_layers)
+                   messages=cfg.messages, value_layers=cfg.value_layers,
+                   passive_input=cfg.passive_input)
 
     def reset_parameters(self) -> None:
         self.unit_encoder.reset_parameters()
@@ -170,7 +187,7 @@ class ACENetwork(nn.Module):
             units = units.index_put((index.flat[t],), h[t])
         rows = None if passive_rows is None else passive_rows(index)
         ae = self.action_encoder
-        passive, block = ae.passive_table(x_dict, index, rows)
+        passive, block = ae.passive_table(h if ae.embedded else x_dict, index, rows)
         pair, pair_row = ae.pair_table(units, index, ei, ea, rows)
         return EncodedState(index=index, units=units, active=ae.active, passive=passive,
                             passive_col=ae.passive_col, passive_block=block, pair=pair,

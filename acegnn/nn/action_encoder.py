@@ -37,6 +37,10 @@ class ActionEncoder(nn.Module):
             ``hidden``)
         pairs (bool, optional): Targeted actions' messages from a :class:`PairEncoder`.
             (default: :obj:`False`)
+        embedded (bool, optional): The passive encoder reads the acting unit's
+            embedding (``hidden`` wide, the unit encoder's output) instead of its node
+            features: the official football code's ``_action_encoder``; :meth:`passive_table`
+            is then given the embeddings. (default: :obj:`False`)
 
     Shapes:
         - **passive_table output:** ``[P, num_targeted_kinds, hidden]`` for the ``P``
@@ -44,19 +48,22 @@ class ActionEncoder(nn.Module):
     """
 
     def __init__(self, schema: GraphSchema, hidden: int, passive: bool = True,
-                 layers: int = 1, width: Optional[int] = None, pairs: bool = False) -> None:
+                 layers: int = 1, width: Optional[int] = None, pairs: bool = False,
+                 embedded: bool = False) -> None:
         super().__init__()
         self.schema, self.hidden = schema, hidden
         self.targeted = schema.targeted_kinds
         self.passive = passive and len(self.targeted) > 0
         self.pairs = pairs and len(self.targeted) > 0
+        self.embedded = embedded
         self.active = nn.Parameter(torch.empty(schema.num_kinds, hidden))
         # kind -> column of the passive table (-1 for untargeted kinds)
         col = torch.full((schema.num_kinds,), -1, dtype=torch.long)
         col[list(self.targeted)] = torch.arange(len(self.targeted))
         self.register_buffer("passive_col", col, persistent=False)
         self.passive_encoders = nn.ModuleDict({
-            t: mlp(schema.node_types[t], hidden * len(self.targeted), layers, width=width or hidden)
+            t: mlp(hidden if embedded else schema.node_types[t], hidden * len(self.targeted),
+                   layers, width=width or hidden)
             for t in schema.agent_types
         }) if self.passive and not self.pairs else nn.ModuleDict()
         self.pair_encoder = PairEncoder(schema, hidden, 2 if self.passive else 1, layers,
@@ -72,7 +79,8 @@ class ActionEncoder(nn.Module):
 
     def passive_table(self, x_dict: Dict[str, Tensor], index: UnitIndex,
                       actions: Optional[Tensor] = None) -> Tuple[Optional[Tensor], Optional[Tensor]]:
-        """Passive embeddings for every targeted kind, computed once per state, of the
+        """Passive embeddings for every targeted kind, computed once per state from each
+        agent's row of ``x_dict`` (its node features, or its embedding with ``embedded``), of the
         agents that have an action with a target in the state (football: the ball owner):
         ``(table [P, num_targeted_kinds, hidden], block [num_agents])``, ``block`` the
         row of ``table`` of each agent (-1 for the others, whose messages no action
@@ -153,7 +161,7 @@ class ActionEncoder(nn.Module):
 
     def __repr__(self) -> str:
         return (f"{self.__class__.__name__}({self.hidden}, kinds={self.schema.num_kinds}, "
-                f"passive={self.passive}, pairs={self.pairs})")
+                f"passive={self.passive}, pairs={self.pairs}, embedded={self.embedded})")
 
 
 class PairEncoder(nn.Module):

@@ -209,6 +209,10 @@ class IndividualQ(nn.Module):
             raise ValueError(f"ACE-CTDE's individual values take model.messages=kind only "
                              f"(got {model.messages!r}): pair messages would need the "
                              f"views' own pairs")
+        if model.passive_input != "features":
+            raise ValueError(f"ACE-CTDE's individual values take model.passive_input=features "
+                             f"only (got {model.passive_input!r}): the passive table is the "
+                             f"batch's, from node features")
         schema, hidden, layers = net.schema, model.hidden, model.layers
         fresh = []
         if share == "none":
