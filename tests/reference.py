@@ -248,6 +248,11 @@ def value(net, units: Tensor, alive: Tensor = None) -> Tensor:
     h = seq(head.unit_mlp, units)
     if alive is not None:
         h = h[alive]
+    if head.pool == "mean_max_split":  # the first half of each row averaged, the second maxed
+        H = h.size(1) // 2
+        if h.size(0) == 0:
+            return seq(head.out, h.new_zeros(2 * H)).squeeze(-1)
+        return seq(head.out, torch.cat([h[:, :H].mean(0), h[:, H:].max(0).values])).squeeze(-1)
     if h.size(0) == 0:
         pools = {r: h.new_zeros(h.size(1)) for r in ("mean", "sum", "max")}
     else:

@@ -73,7 +73,7 @@ def dead_states(seed=0, heal=True):
     return schema, states
 
 
-@pytest.mark.parametrize("pool", ["mean", "sum", "max", "mean_max"])
+@pytest.mark.parametrize("pool", ["mean", "sum", "max", "mean_max", "mean_max_split"])
 @pytest.mark.parametrize("conv", ["ace", "gatv2", "transformer"])
 def test_masked_rollout_matches_naive_reference(pool, conv):
     torch.manual_seed(0)
@@ -89,7 +89,7 @@ def test_masked_rollout_matches_naive_reference(pool, conv):
         assert abs(float(R.value(net, units, R.alive_units(net, d)) - R.value(net, units))) > 1e-6
 
 
-@pytest.mark.parametrize("pool", ["mean", "sum", "max", "mean_max"])
+@pytest.mark.parametrize("pool", ["mean", "sum", "max", "mean_max", "mean_max_split"])
 @pytest.mark.parametrize("layers", [1, 2])
 def test_chosen_only_values_with_dead_units_match_full_rollout(pool, layers):
     """Every graph has 7 units here, so a successor is pooled over a view of the rows,

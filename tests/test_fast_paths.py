@@ -296,7 +296,7 @@ def test_max_over_units_gives_amax_gradient_with_ties():
 
 
 @pytest.mark.parametrize("sizes", [(5, 5, 5, 5), (3, 5, 2, 4)])  # a view; a scatter
-@pytest.mark.parametrize("pool", ["max", "mean_max"])
+@pytest.mark.parametrize("pool", ["max", "mean_max", "mean_max_split"])
 def test_pooled_max_over_alive_units_as_masked_amax(pool, sizes):
     """Dead units are zeroed, not set to -inf, before the max: V and every gradient are
     those of a max over the alive units only (a graph with none pools to 0), where the
@@ -320,9 +320,12 @@ def test_pooled_max_over_alive_units_as_masked_amax(pool, sizes):
         h, pooled = head.unit_hidden(u), []
         for g in range(B):
             rows = h[ptr[g]:ptr[g + 1]][alive[ptr[g]:ptr[g + 1]]]
-            top = rows.amax(0) if len(rows) else h.new_zeros(H)
+            top = rows.amax(0) if len(rows) else h.new_zeros(h.size(1))
             mean = rows.sum(0) / max(len(rows), 1)
-            pooled.append(torch.cat([mean, top]) if pool == "mean_max" else top)
+            if pool == "mean_max_split":  # 2H-wide rows: the first H averaged, the last H maxed
+                pooled.append(torch.cat([mean[:H], top[H:]]))
+            else:
+                pooled.append(torch.cat([mean, top]) if pool == "mean_max" else top)
         return head.out(torch.stack(pooled)).squeeze(-1)
 
     grads = []

@@ -39,7 +39,7 @@ def max_error_against_reference(net, states, ro):
     return err
 
 
-@pytest.mark.parametrize("pool", ["mean", "sum", "max", "mean_max"])
+@pytest.mark.parametrize("pool", ["mean", "sum", "max", "mean_max", "mean_max_split"])
 @pytest.mark.parametrize("conv", ["ace", "gatv2", "transformer"])
 def test_matches_naive_reference(pool, conv):
     torch.manual_seed(0)
@@ -504,7 +504,8 @@ def test_which_heads_can_couple_untargeted_actions(pool, layers, additive):
 
 
 @pytest.mark.parametrize("pool,layers,sizes", [("mean", 1, SIZES), ("mean_max", 2, SIZES),
-                                               ("mean_max", 1, ((2, 3),) * 4)])
+                                               ("mean_max", 1, ((2, 3),) * 4),
+                                               ("mean_max_split", 2, ((2, 3),) * 4)])
 def test_compiled_kernels_match_naive_reference(monkeypatch, pool, layers, sizes):
     """``train.compile``: without autograd the candidates are valued by kernels compiled
     with ``torch.compile`` (a linear readout's scores; the pre-activations and the

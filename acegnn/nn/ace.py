@@ -41,7 +41,10 @@ class ModelConfig(MLPConfig):
     conv_layers: int = 1
     """Message-passing steps one after the other, each with its own weights."""
     pool: str = "mean"
-    """Pooling of the value encoder: ``mean``, ``sum``, ``max`` or ``mean_max``."""
+    """Pooling of the value encoder: ``mean``, ``sum``, ``max``, ``mean_max`` (the same
+    per-unit features averaged and maxed) or ``mean_max_split`` (the official football
+    code's: per-unit rows twice ``hidden`` wide, the first half averaged, the second
+    maxed; :class:`~acegnn.nn.value_head.ValueHead`)."""
     passive: bool = True
     """Passive action embeddings (False: the ACE-w/o-IA ablation)."""
     passive_width: Optional[int] = None

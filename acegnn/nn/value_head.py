@@ -1,7 +1,7 @@
 """Value encoder: fc + ReLU per unit, pooling over the units of a graph, fc to V."""
 from __future__ import annotations
 
-from typing import NamedTuple, Optional, Tuple
+from typing import List, NamedTuple, Optional, Tuple
 
 import torch
 from torch import Tensor, nn
@@ -11,7 +11,11 @@ from acegnn.graph.index import UnitIndex
 from acegnn.nn.se_state import CandidateRows
 from acegnn.nn.unit_encoder import mlp, reset_mlp
 
-POOLS = {"mean": ("mean",), "sum": ("sum",), "max": ("max",), "mean_max": ("mean", "max")}
+POOLS = {"mean": ("mean",), "sum": ("sum",), "max": ("max",), "mean_max": ("mean", "max"),
+         "mean_max_split": ("mean", "max")}
+#: Pools whose per-unit rows are twice ``hidden`` wide, the first half mean-pooled and the
+#: second max-pooled (the official football code's ``DecisionEncoder``).
+SPLIT_POOLS = ("mean_max_split",)
 
 
 class PoolBase(NamedTuple):
@@ -146,8 +150,11 @@ class ValueHead(nn.Module):
 
     Args:
         hidden (int): Embedding width.
-        pool (str, optional): ``"mean"``, ``"sum"``, ``"max"`` or ``"mean_max"``
-            (both, concatenated). (default: :obj:`"mean"`)
+        pool (str, optional): ``"mean"``, ``"sum"``, ``"max"``, ``"mean_max"``
+            (both, concatenated) or ``"mean_max_split"`` (the official football code's:
+            the per-unit MLP ``2 * hidden`` wide, its inner layers ``hidden``, the first
+            ``hidden`` outputs mean-pooled, the last ``hidden`` max-pooled,
+            concatenated). (default: :obj:`"mean"`)
         layers (int, optional): Depth of the per-unit MLP and of the readout after
             pooling (``layers - 1`` hidden fc + ReLU, then fc). (default: :obj:`1`)
     """
@@ -158,7 +165,10 @@ class ValueHead(nn.Module):
             raise ValueError(f"unknown pool '{pool}' (choose from {sorted(POOLS)})")
         self.hidden, self.pool, self.layers = hidden, pool, layers
         self.reduces: Tuple[str, ...] = POOLS[pool]
-        self.unit_mlp = mlp(hidden, hidden, layers)
+        self.split = pool in SPLIT_POOLS
+        self.width = 2 * hidden if self.split else hidden
+        """Width of the per-unit rows (:meth:`unit_hidden`)."""
+        self.unit_mlp = mlp(hidden, self.width, layers, width=hidden)
         pooled = hidden * len(self.reduces)
         readout = [mlp(pooled, hidden, layers - 1)] if layers > 1 else []
         self.out = nn.Sequential(*readout, nn.Linear(hidden if layers > 1 else pooled, 1))
@@ -173,7 +183,7 @@ class ValueHead(nn.Module):
                 m.reset_parameters()
 
     def unit_hidden(self, units: Tensor) -> Tensor:
-        """Per-unit 'fc-relu' of the value encoder ``[U, H] -> [U, H]``."""
+        """Per-unit 'fc-relu' of the value encoder ``[U, H] -> [U, width]``."""
         return self.unit_mlp(units)
 
     # unit_hidden(e) == hidden_of_pre(pre_hidden(e)), and the first fc is linear:
@@ -228,7 +238,16 @@ class ValueHead(nn.Module):
             if r == "mean":
                 total = total / _alive_count(index).to(h.dtype).clamp(min=1).unsqueeze(-1)
             pooled.append(total)
-        return self.out(torch.cat(pooled, dim=-1)).squeeze(-1)
+        return self.out(torch.cat(self.halves(pooled), dim=-1)).squeeze(-1)
+
+    def halves(self, pooled: List[Tensor]) -> List[Tensor]:
+        """The pooled rows ``pooled`` (one per reduction, each ``width`` wide) that the
+        readout reads: all of them, or with a split pool the mean's first ``hidden``
+        columns and the max's last ``hidden``."""
+        if not self.split:
+            return pooled
+        H = self.hidden
+        return [pooled[0][..., :H], pooled[1][..., H:]]
 
     # Candidate evaluation without re-encoding ---------------------------------------
     def pool_base(self, units: Optional[Tensor], index: UnitIndex,
@@ -267,7 +286,7 @@ class ValueHead(nn.Module):
         C = graph.numel()
         has_t = rows.has_target
         new = self.unit_hidden(torch.cat([rows.actor_emb, rows.target_emb[has_t]]))
-        h_t = new.new_zeros(C, self.hidden)
+        h_t = new.new_zeros(C, new.size(1))
         h_t[has_t] = new[C:]
         return self.hidden_values(base, index, graph, rows.actor, new[:C].unsqueeze(1),
                                   rows.target.unsqueeze(1), h_t.unsqueeze(1),
@@ -333,7 +352,7 @@ def pooled_values(head: "ValueHead", base: PoolBase, alive: Optional[Tensor], gr
             h_t_max = torch.where(keep_t, h_t, torch.full_like(h_t, float("-inf")))
             best = torch.maximum(torch.maximum(rest, h_a_max), h_t_max)
             pooled.append(best if alive is None else _no_unit_to_zero(best))
-    return head.out(torch.cat(pooled, dim=-1)).squeeze(-1)
+    return head.out(torch.cat(head.halves(pooled), dim=-1)).squeeze(-1)
 
 
 def gathered_pre(pre: Tensor, msg: Tensor, read: Tensor, msg_rows: Tensor,
@@ -410,13 +429,13 @@ class Successors(NamedTuple):
 def transformed_messages(head: ValueHead, messages: Tensor, read: Optional[Tensor] = None
                          ) -> Tensor:
     """:meth:`ValueHead.message_pre` of the rows ``read`` ``[K]`` (repeats allowed) of
-    ``messages`` ``[M, H]``, each once, at their rows of an ``[M, H]`` table that is zero
-    elsewhere; of every row without ``read``."""
+    ``messages`` ``[M, H]``, each once, at their rows of an ``[M, W]`` table (``W`` the
+    first fc's outputs) that is zero elsewhere; of every row without ``read``."""
     if read is None:
         return head.message_pre(messages)
     used = torch.unique(read)
-    return messages.new_zeros(messages.shape).index_copy(
-        0, used, head.message_pre(messages.index_select(0, used)))
+    out = head.message_pre(messages.index_select(0, used))
+    return out.new_zeros(messages.size(0), out.size(1)).index_copy(0, used, out)
 
 
 class SuccessorValues:
@@ -535,12 +554,13 @@ class SuccessorValues:
                                    self.alive_count, fast)
 
     def _hidden(self, pre: Tensor, changed: Tensor) -> Tensor:
-        """The rest of the unit MLP on ``pre`` ``[c, 2, S, H]``, on the target rows only
-        where ``changed`` ``[c, S]`` (zero elsewhere: no candidate reads them)."""
+        """The rest of the unit MLP on ``pre`` ``[c, 2, S, H]`` -> ``[c, 2, S, width]``, on
+        the target rows only where ``changed`` ``[c, S]`` (zero elsewhere: no candidate
+        reads them)."""
         deep = len(self.head.unit_mlp) > 2  # more than the ReLU after the first fc
         if not deep or bool(changed.all()):
             return self.head.hidden_of_pre(pre)
-        target = pre.new_zeros(pre.shape[:1] + pre.shape[2:])
+        target = pre.new_zeros(pre.shape[:1] + pre.shape[2:-1] + (self.head.width,))
         if bool(changed.any()):
             target = target.index_put((changed,), self.head.hidden_of_pre(pre[:, 1][changed]))
         return torch.stack([self.head.hidden_of_pre(pre[:, 0]), target], dim=1)
