@@ -13,9 +13,6 @@ from acegnn.nn.unit_encoder import mlp, reset_mlp
 
 POOLS = {"mean": ("mean",), "sum": ("sum",), "max": ("max",), "mean_max": ("mean", "max"),
          "mean_max_split": ("mean", "max")}
-#: Pools whose per-unit rows are twice ``hidden`` wide, the first half mean-pooled and the
-#: second max-pooled (the official football code's ``DecisionEncoder``).
-SPLIT_POOLS = ("mean_max_split",)
 
 
 class PoolBase(NamedTuple):
@@ -165,7 +162,7 @@ class ValueHead(nn.Module):
             raise ValueError(f"unknown pool '{pool}' (choose from {sorted(POOLS)})")
         self.hidden, self.pool, self.layers = hidden, pool, layers
         self.reduces: Tuple[str, ...] = POOLS[pool]
-        self.split = pool in SPLIT_POOLS
+        self.split = pool == "mean_max_split"  # per-unit rows 2H wide, pooled in halves
         self.width = 2 * hidden if self.split else hidden
         """Width of the per-unit rows (:meth:`unit_hidden`)."""
         self.unit_mlp = mlp(hidden, self.width, layers, width=hidden)
