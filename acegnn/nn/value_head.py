@@ -1,7 +1,7 @@
 """Value encoder: fc + ReLU per unit, pooling over the units of a graph, fc to V."""
 from __future__ import annotations
 
-from typing import List, NamedTuple, Optional, Tuple
+from typing import NamedTuple, Optional, Tuple
 
 import torch
 from torch import Tensor, nn
@@ -18,10 +18,10 @@ POOLS = {"mean": ("mean",), "sum": ("sum",), "max": ("max",), "mean_max": ("mean
 class PoolBase(NamedTuple):
     """Per-graph pooling statistics of one SE-state, shared by all its candidates."""
 
-    hidden: Tensor  # [U, H] per-unit hidden of the SE-state
-    total: Tensor  # [B, H] sum over the pooled units (for mean/sum)
+    hidden: Tensor  # [U, W] per-unit hidden rows of the SE-state
+    total: Tensor  # [B, H] sum over the pooled units of the mean's (sum's) columns
     count: Tensor  # [B] pooled units per graph (the alive ones)
-    top: Tensor  # [B, 3, H] the 3 largest pooled hidden values per feature (for max)
+    top: Tensor  # [B, 3, H] the 3 largest pooled values of the max's columns
 
 
 def top3(dense: Tensor) -> Tensor:
@@ -121,19 +121,20 @@ def _no_unit_to_zero(pooled: Tensor) -> Tensor:
     return pooled.masked_fill(torch.isinf(pooled) & (pooled < 0), 0.0)
 
 
-def dense_pool_stats(dense: Tensor, alive: Optional[Tensor], with_max: bool
+def dense_pool_stats(summed: Tensor, maxed: Tensor, alive: Optional[Tensor], with_max: bool
                      ) -> Tuple[Tensor, Tensor]:
-    """:meth:`ValueHead.pool_base`'s sum ``[B, H]`` and three largest values ``[B, 3, H]``
-    (empty without ``with_max``) of the pooled rows of ``dense`` ``[B, units, H]``,
-    ``alive`` ``[B, units]`` (the rows pooled) or ``None`` (every row); compiled (:func:`compiled`,
-    without autograd) it is one pass over the rows."""
+    """:meth:`ValueHead.pool_base`'s sum ``[B, H]`` of the pooled rows of ``summed`` ``[B,
+    units, H]`` and three largest values ``[B, 3, H']`` (empty without ``with_max``) of those
+    of ``maxed`` ``[B, units, H']`` (column views of one tensor: the columns each reduction
+    pools), ``alive`` ``[B, units]`` (the rows pooled) or ``None`` (every row); compiled
+    (:func:`compiled`, without autograd) it is one pass over the rows."""
     if alive is None:
-        total, rows = dense.sum(1), dense
+        total, rows = summed.sum(1), maxed
     else:
         keep = alive.unsqueeze(-1)
-        total = (dense * keep.to(dense.dtype)).sum(1)
-        rows = dense.masked_fill(~keep, float("-inf"))
-    return total, top3(rows) if with_max else dense.new_zeros(0)
+        total = (summed * keep.to(summed.dtype)).sum(1)
+        rows = maxed.masked_fill(~keep, float("-inf"))
+    return total, top3(rows) if with_max else summed.new_zeros(0)
 
 
 class ValueHead(nn.Module):
@@ -165,6 +166,11 @@ class ValueHead(nn.Module):
         self.split = pool == "mean_max_split"  # per-unit rows 2H wide, pooled in halves
         self.width = 2 * hidden if self.split else hidden
         """Width of the per-unit rows (:meth:`unit_hidden`)."""
+        whole, first, last = slice(None), slice(None, hidden), slice(hidden, None)
+        self.columns = {r: (last if r == "max" else first) if self.split else whole
+                        for r in ("mean", "sum", "max")}
+        """The columns of the per-unit rows that each reduction pools: all of them, or with
+        a split pool the first ``hidden`` for the mean and the last ``hidden`` for the max."""
         self.unit_mlp = mlp(hidden, self.width, layers, width=hidden)
         pooled = hidden * len(self.reduces)
         readout = [mlp(pooled, hidden, layers - 1)] if layers > 1 else []
@@ -226,25 +232,18 @@ class ValueHead(nn.Module):
         dense = _as_graphs(rows, index)
         pooled = []
         for r in self.reduces:
+            cols = self.columns[r]
             if r == "max":
-                pooled.append(max_over_units(dense) if dense is not None else
-                              scatter(rows, index.unit_batch, dim=0, dim_size=B, reduce="max"))
+                pooled.append(max_over_units(dense[..., cols]) if dense is not None else
+                              scatter(rows[:, cols], index.unit_batch, dim=0, dim_size=B,
+                                      reduce="max"))
                 continue
-            total = dense.sum(1) if dense is not None else \
-                scatter(rows, index.unit_batch, dim=0, dim_size=B, reduce="sum")
+            total = dense[..., cols].sum(1) if dense is not None else \
+                scatter(rows[:, cols], index.unit_batch, dim=0, dim_size=B, reduce="sum")
             if r == "mean":
                 total = total / _alive_count(index).to(h.dtype).clamp(min=1).unsqueeze(-1)
             pooled.append(total)
-        return self.out(torch.cat(self.halves(pooled), dim=-1)).squeeze(-1)
-
-    def halves(self, pooled: List[Tensor]) -> List[Tensor]:
-        """The pooled rows ``pooled`` (one per reduction, each ``width`` wide) that the
-        readout reads: all of them, or with a split pool the mean's first ``hidden``
-        columns and the max's last ``hidden``."""
-        if not self.split:
-            return pooled
-        H = self.hidden
-        return [pooled[0][..., :H], pooled[1][..., H:]]
+        return self.out(torch.cat(pooled, dim=-1)).squeeze(-1)
 
     # Candidate evaluation without re-encoding ---------------------------------------
     def pool_base(self, units: Optional[Tensor], index: UnitIndex,
@@ -267,7 +266,9 @@ class ValueHead(nn.Module):
         else:  # graphs of several sizes (or none): zero-padded, the padding left out
             dense, keep = _padded(h, index)
             pool = dense_pool_stats
-        total, top = pool(dense, keep, "max" in self.reduces)
+        summed = dense[..., self.columns[self.reduces[0]]]  # read where a mean or sum is
+        maxed = dense[..., self.columns["max"]]
+        total, top = pool(summed, maxed, keep, "max" in self.reduces)
         return PoolBase(h, total, count, top)
 
     def candidate_values(self, base: PoolBase, index: UnitIndex, graph: Tensor,
@@ -314,42 +315,37 @@ def pooled_values(head: "ValueHead", base: PoolBase, alive: Optional[Tensor], gr
     (``alive``: :attr:`UnitIndex.unit_alive`), so that it can be compiled
     (:func:`compiled`)."""
     c = h_actor.size(0)
-    has_t, h_a, h_t = has_target, h_actor, h_target
-    pool_t = has_t
-    old_a = hidden_a = base.hidden[actor]  # [c, H]
-    if alive is not None:
-        pool_a = alive[actor].unsqueeze(-1)  # [c, 1]
-        pool_t = has_t & alive[target]
-        h_a_sum, old_a = h_a * pool_a.unsqueeze(1).to(h_a.dtype), old_a * pool_a.to(h_a.dtype)
-        h_a_max = h_a.masked_fill(~pool_a.unsqueeze(1), float("-inf"))
-    else:
-        h_a_sum = h_a_max = h_a
-    keep_t = pool_t.unsqueeze(-1)  # [c, S, 1]
-    old_t = base.hidden[target] * keep_t.to(h_a.dtype)  # [c, S, H]
-    h_t_sum = h_t * keep_t.to(h_a.dtype)
+    pool_a = None if alive is None else alive[actor].unsqueeze(-1)  # [c, 1]
+    keep_t = (has_target if alive is None else has_target & alive[target]).unsqueeze(-1)
     pooled = []
-    for r in head.reduces:
+    for r in head.reduces:  # each on the columns it pools
+        cols = head.columns[r]
+        h_a, h_t = h_actor[..., cols], h_target[..., cols]  # [c, S, H]
+        old_a, old_t = base.hidden[:, cols][actor], base.hidden[:, cols][target]  # [c, (S,) H]
         if r in ("sum", "mean"):
+            if pool_a is not None:
+                h_a, old_a = h_a * pool_a.unsqueeze(1).to(h_a.dtype), old_a * pool_a.to(h_a.dtype)
+            keep = keep_t.to(h_a.dtype)
             rest = (base.total[graph] - old_a).unsqueeze(1)  # [c, 1, H]
-            total = rest + h_a_sum - old_t + h_t_sum
+            total = rest + h_a - old_t * keep + h_t * keep
             if r == "mean":
                 count = base.count[graph].clamp(min=1).view(c, 1, 1).to(total.dtype)
                 total = total / count
             pooled.append(total)
         else:
+            if pool_a is not None:
+                old_a = old_a.masked_fill(~pool_a, float("-inf"))
+                h_a = h_a.masked_fill(~pool_a.unsqueeze(1), float("-inf"))
             # the graph's largest values per feature without the actor's old row ...
-            old_a_max = hidden_a if alive is None else \
-                hidden_a.masked_fill(~pool_a, float("-inf"))  # [c, H]
-            first, second = max_without(base.top[graph], old_a_max)  # [c, H] each
+            first, second = max_without(base.top[graph], old_a)  # [c, H] each
             # ... and without the target's: the second where the target's old value is
             # the first (a value only the rows that are pooled have)
-            old_t_max = base.hidden[target]  # [c, S, H]
-            rest = torch.where(keep_t & (old_t_max == first.unsqueeze(1)),
+            rest = torch.where(keep_t & (old_t == first.unsqueeze(1)),
                                second.unsqueeze(1), first.unsqueeze(1))  # [c, S, H]
             h_t_max = torch.where(keep_t, h_t, torch.full_like(h_t, float("-inf")))
-            best = torch.maximum(torch.maximum(rest, h_a_max), h_t_max)
+            best = torch.maximum(torch.maximum(rest, h_a), h_t_max)
             pooled.append(best if alive is None else _no_unit_to_zero(best))
-    return head.out(torch.cat(head.halves(pooled), dim=-1)).squeeze(-1)
+    return head.out(torch.cat(pooled, dim=-1)).squeeze(-1)
 
 
 def gathered_pre(pre: Tensor, msg: Tensor, read: Tensor, msg_rows: Tensor,
