@@ -163,11 +163,11 @@ class ValueHead(nn.Module):
             raise ValueError(f"unknown pool '{pool}' (choose from {sorted(POOLS)})")
         self.hidden, self.pool, self.layers = hidden, pool, layers
         self.reduces: Tuple[str, ...] = POOLS[pool]
-        self.split = pool == "mean_max_split"  # per-unit rows 2H wide, pooled in halves
-        self.width = 2 * hidden if self.split else hidden
+        split = pool == "mean_max_split"  # per-unit rows 2H wide, pooled in halves
+        self.width = 2 * hidden if split else hidden
         """Width of the per-unit rows (:meth:`unit_hidden`)."""
         whole, first, last = slice(None), slice(None, hidden), slice(hidden, None)
-        self.columns = {r: (last if r == "max" else first) if self.split else whole
+        self.columns = {r: (last if r == "max" else first) if split else whole
                         for r in ("mean", "sum", "max")}
         """The columns of the per-unit rows that each reduction pools: all of them, or with
         a split pool the first ``hidden`` for the mean and the last ``hidden`` for the max."""
@@ -317,11 +317,12 @@ def pooled_values(head: "ValueHead", base: PoolBase, alive: Optional[Tensor], gr
     c = h_actor.size(0)
     pool_a = None if alive is None else alive[actor].unsqueeze(-1)  # [c, 1]
     keep_t = (has_target if alive is None else has_target & alive[target]).unsqueeze(-1)
+    old_actor, old_target = base.hidden[actor], base.hidden[target]  # [c, W], [c, S, W]
     pooled = []
     for r in head.reduces:  # each on the columns it pools
         cols = head.columns[r]
         h_a, h_t = h_actor[..., cols], h_target[..., cols]  # [c, S, H]
-        old_a, old_t = base.hidden[:, cols][actor], base.hidden[:, cols][target]  # [c, (S,) H]
+        old_a, old_t = old_actor[..., cols], old_target[..., cols]  # [c, H], [c, S, H]
         if r in ("sum", "mean"):
             if pool_a is not None:
                 h_a, old_a = h_a * pool_a.unsqueeze(1).to(h_a.dtype), old_a * pool_a.to(h_a.dtype)
