@@ -22,6 +22,8 @@ ones of configs/studies/variants.yaml, each with its config, overrides and label
     python scripts/study.py --variants ace_sorted ace_shuffled                # the order
     python scripts/study.py --transfer runs/smax/ace_5m_vs_6m_seed0           # zero-shot table
     python scripts/study.py --env grf --variants ace qmix --seeds 0 --total-samples 200000
+    python scripts/study.py --env grf --eval-csv docs/grf_runs/*academy_3_vs_1*.csv \\
+        --at 150000 --against ace_official_probe_wide_decay8k   # each variant beside one
 """
 from __future__ import annotations
 
@@ -70,6 +72,11 @@ def mean_at(records: List[dict], at: List[int], window: int) -> str:
     return report.mean_at(records, LABELS, at, window)
 
 
+def against(records: List[dict], base: str, at: List[int], window: int, above: float) -> str:
+    """:func:`acegnn.study.report.against` with the variants' labels."""
+    return report.against(records, LABELS, base, at, window, above)
+
+
 def table(records: List[dict]) -> str:
     """:func:`acegnn.study.report.table` with the variants' labels."""
     return report.table(records, LABELS)
@@ -115,6 +122,12 @@ def main(argv=None) -> None:
     p.add_argument("--window", type=int, default=10_000,
                    help="with --at: a seed's figure is the mean of its evaluations within "
                         "this many steps either side (default: 10000)")
+    p.add_argument("--against", metavar="VARIANT",
+                   help="with --at: also compare every variant with this one on the seeds "
+                        "both ran (means, their difference and its standard error, and the "
+                        "median first evaluation above --above)")
+    p.add_argument("--above", type=float, default=0.1,
+                   help="with --against: the rate a seed's take-off passes (default: 0.1)")
     p.add_argument("--markdown", help="write the table here")
     p.add_argument("--plot", help="plot the learning curves to this image file")
     p.add_argument("--transfer", metavar="RUN", help="evaluate RUN's checkpoint on --maps instead")
@@ -126,6 +139,8 @@ def main(argv=None) -> None:
     if unknown:
         p.error(f"--env {ns.env} has no variant {', '.join(unknown)} "
                 f"(its variants: {', '.join(VARIANTS[ns.env])})")
+    if ns.against and not ns.at:
+        p.error("--against compares variants at the steps of --at: give --at too")
     if ns.transfer and ns.env != "smax":
         p.error("--transfer evaluates a SMAX run on other maps: use it with --env smax")
     ns.scenarios = ns.scenarios or [DEFAULT_SCENARIO[ns.env]]
@@ -151,6 +166,8 @@ def main(argv=None) -> None:
     text = table(records)
     if ns.at:
         text += "\n" + mean_at(records, ns.at, ns.window)
+    if ns.against:
+        text += "\n" + against(records, ns.against, ns.at, ns.window, ns.above)
     if ns.markdown:
         write_text(ns.markdown, text)
     if ns.plot:

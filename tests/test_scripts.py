@@ -348,6 +348,49 @@ def test_study_tabulates_smax_eval_csv_files_by_median_and_percentiles(tmp_path)
             "| 0.50 (0.38-0.75; 3) |") in md.read_text()
 
 
+def test_study_compares_each_variant_with_one_on_the_seeds_both_ran(tmp_path):
+    """--against: each variant beside a base variant on the seeds both ran (a seed only
+    one of them ran is left out), the difference of their means with Welch's standard
+    error, and the median first evaluation above 0.1 (a seed that never passes it counts
+    as the latest)."""
+    sys.path.insert(0, os.path.join(ROOT, "scripts"))
+    import study as study_script
+
+    curves = {("ace_official", 0): [(20_000, 0.9)],  # no seed 0 of ace: left out
+              ("ace_official", 1): [(10_000, 0.0), (20_000, 0.5)],
+              ("ace_official", 2): [(10_000, 0.2), (20_000, 0.3)],
+              ("ace_official", 4): [(20_000, 0.0)],
+              ("ace", 1): [(10_000, 0.0), (20_000, 0.25), (30_000, 1.0)],
+              ("ace", 2): [(10_000, 0.05), (22_000, 0.75)],
+              ("ace", 3): [(20_000, 1.0)],  # no seed 3 of ace_official: left out
+              ("ace", 4): [(20_000, 0.0)]}
+    paths = []
+    for (variant, seed), curve in curves.items():
+        path = tmp_path / f"{variant}_academy_3_vs_1_with_keeper_seed{seed}.csv"
+        path.write_text("samples,win_rate\n" + "".join(f"{x},{w}\n" for x, w in curve))
+        paths.append(str(path))
+    md = tmp_path / "t.md"
+    run(["scripts/study.py", "--env", "grf", "--eval-csv", *paths, "--at", "20000", "30000",
+         "--window", "2000", "--against", "ace_official", "--markdown", str(md)])
+    # at 20k, seeds 1, 2, 4: ace 0.25, 0.75 (22k), 0 -> mean 1/3, variance 0.1458;
+    # ace_official 0.5, 0.3, 0 -> mean 0.2667, variance 0.0633; se sqrt(0.2092 / 3) = 0.26.
+    # At 30k only ace's seed 1 has an evaluation: no cell. First evaluations above 0.1:
+    # ace 20k, 22k, never -> 22k; ace_official 20k, 10k, never -> 20k
+    assert ("| ACE | academy_3_vs_1_with_keeper | 1, 2, 4 | 0.33, 0.27, +0.07 +- 0.26 (3) |  "
+            "| 22k, 20k |") in md.read_text()
+    records = study_script.records_of_eval_csv(paths, "grf")
+    two = [r for r in records if r["seed"] in (1, 4)]
+    # the median of 20k and never is never
+    assert study_script.against(two, "ace_official", [20_000], 2000, 0.1).splitlines()[-1] \
+        .endswith("| never, never |")
+    with pytest.raises(ValueError, match="no variant shares a seed and scenario with qmix_cds"):
+        study_script.against(records, "qmix_cds", [20_000], 2000, 0.1)
+    out = subprocess.run([sys.executable, "scripts/study.py", "--env", "grf", "--eval-csv",
+                          *paths, "--against", "ace_official"], cwd=ROOT, capture_output=True,
+                         text=True)
+    assert out.returncode == 2 and "give --at too" in out.stderr
+
+
 def test_study_refuses_a_variant_the_environment_lacks():
     out = subprocess.run([sys.executable, "scripts/study.py", "--env", "grf", "--variants",
                           "ace_wo_ia", "--records", "none.json"], cwd=ROOT, capture_output=True,

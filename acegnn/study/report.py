@@ -162,6 +162,77 @@ def mean_at(records: List[dict], labels: Labels, at: List[int], window: int) -> 
     return "\n".join(lines) + "\n"
 
 
+def _near(curve: List[tuple], x: float, window: int) -> Optional[float]:
+    """A seed's figure at ``x``: the mean of its evaluations within ``window`` steps
+    either side (None where it has none)."""
+    values = [v for s, v in curve if abs(s - x) <= window]
+    return statistics.mean(values) if values else None
+
+
+def take_off(curve: List[tuple], above: float) -> Optional[float]:
+    """The environment steps of a seed's first evaluation above ``above`` (None: never)."""
+    return next((s for s, v in curve if v > above), None)
+
+
+def _median_take_off(steps: List[Optional[float]]) -> str:
+    """The median of take-off steps, a seed that never took off counted as the latest;
+    "never" where that median is one of those."""
+    ordered = sorted(steps, key=lambda s: float("inf") if s is None else s)
+    n = len(ordered)
+    middle = ordered[(n - 1) // 2:n // 2 + 1]
+    if any(s is None for s in middle):
+        return "never"
+    return f"{statistics.mean(middle) / 1000:,.0f}k"
+
+
+def against(records: List[dict], labels: Labels, base: str, at: List[int], window: int,
+            above: float = 0.1) -> str:
+    """Each variant beside ``base`` on the seeds both ran: per step of ``at``, the
+    variant's mean over those seeds, the base's, and their difference with its standard
+    error; and the median first evaluation above ``above`` of each (a seed that never
+    passes it counts as the latest). The standard error is Welch's, the two variances
+    over the seeds added, as for independent runs: two variants' runs of one seed start
+    alike but part once their networks differ, so no pairing is assumed.
+
+    A seed's figure at a step is the mean of its evaluations within ``window`` steps
+    either side; a seed without one there in either variant is left out of that step."""
+    by_key = _groups(records)
+    lines = ["| variant | scenario | seeds | "
+             + " | ".join(f"{x / 1000:g}k: variant, {base}, difference +- se" for x in at)
+             + f" | first evaluation above {above:g}, median: variant, {base} |",
+             "|---|---|---|" + "---|" * (len(at) + 1)]
+    for (env, variant, scenario), runs in sorted(by_key.items()):
+        base_runs = {r["seed"]: r for r in by_key.get((env, base, scenario), [])}
+        pairs = [(r, base_runs[r["seed"]]) for r in sorted(runs, key=lambda r: r["seed"])
+                 if r["seed"] in base_runs]
+        if variant == base or not pairs:
+            continue
+        cells = []
+        for x in at:
+            figures = [(_near(r["curve"], x, window), _near(b["curve"], x, window))
+                       for r, b in pairs]
+            figures = [(v, w) for v, w in figures if v is not None and w is not None]
+            if not figures:
+                cells.append("")
+                continue
+            mine, theirs = zip(*figures)
+            n = len(figures)
+            se = (statistics.variance(mine) / n + statistics.variance(theirs) / n) ** 0.5 \
+                if n > 1 else float("nan")
+            diff = statistics.mean(mine) - statistics.mean(theirs)
+            cells.append(f"{statistics.mean(mine):.2f}, {statistics.mean(theirs):.2f}, "
+                         f"{diff:+.2f} +- {se:.2f} ({n})")
+        seeds = ", ".join(str(r["seed"]) for r, _ in pairs)
+        starts = (_median_take_off([take_off(r["curve"], above) for r, _ in pairs]),
+                  _median_take_off([take_off(b["curve"], above) for _, b in pairs]))
+        lines.append(f"| {labels[env][variant]} | {scenario} | {seeds} | " + " | ".join(cells)
+                     + f" | {starts[0]}, {starts[1]} |")
+    if len(lines) == 2:
+        raise ValueError(f"no variant shares a seed and scenario with {base} (got "
+                         f"{', '.join(sorted({k[1] for k in by_key}))})")
+    return "\n".join(lines) + "\n"
+
+
 def curves(records: List[dict], every_seed: bool = True) -> Dict[tuple, List[tuple]]:
     """(env, variant, scenario) -> [(median samples, centre, low, high, seeds)] per
     evaluation index, over the group's seeds that reached it (:data:`SPREAD`: the
