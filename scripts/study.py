@@ -24,6 +24,8 @@ ones of configs/studies/variants.yaml, each with its config, overrides and label
     python scripts/study.py --env grf --variants ace qmix --seeds 0 --total-samples 200000
     python scripts/study.py --env grf --eval-csv docs/grf_runs/*academy_3_vs_1*.csv \\
         --at 150000 --against ace_official_probe_wide_decay8k   # each variant beside one
+    python scripts/study.py --env grf --eval-csv docs/grf_runs/*academy_3_vs_1*seed0.csv \\
+        --per-seed 105000 152000 --columns pass_share mean_steps  # each run of seed 0
 """
 from __future__ import annotations
 
@@ -77,6 +79,11 @@ def against(records: List[dict], base: str, at: List[int], window: int, above: f
     return report.against(records, LABELS, base, at, window, above)
 
 
+def per_seed(records: List[dict], span: List[int], above: float, columns: List[str]) -> str:
+    """:func:`acegnn.study.report.per_seed` with the variants' labels."""
+    return report.per_seed(records, LABELS, tuple(span), above, columns)
+
+
 def table(records: List[dict]) -> str:
     """:func:`acegnn.study.report.table` with the variants' labels."""
     return report.table(records, LABELS)
@@ -127,7 +134,14 @@ def main(argv=None) -> None:
                         "both ran (means, their difference and its standard error, and the "
                         "median first evaluation above --above)")
     p.add_argument("--above", type=float, default=0.1,
-                   help="with --against: the rate a seed's take-off passes (default: 0.1)")
+                   help="with --against or --per-seed: the rate a seed's take-off passes "
+                        "(default: 0.1)")
+    p.add_argument("--per-seed", nargs=2, type=int, metavar=("FROM", "TO"),
+                   help="also a line per run: its first evaluation above --above, its "
+                        "evaluations from FROM to TO environment steps and their mean")
+    p.add_argument("--columns", nargs="+", default=[], metavar="COLUMN",
+                   help="with --per-seed and --eval-csv: also the mean of these eval.csv "
+                        "columns over those evaluations (football: pass_share, mean_steps)")
     p.add_argument("--markdown", help="write the table here")
     p.add_argument("--plot", help="plot the learning curves to this image file")
     p.add_argument("--transfer", metavar="RUN", help="evaluate RUN's checkpoint on --maps instead")
@@ -139,6 +153,10 @@ def main(argv=None) -> None:
     if unknown:
         p.error(f"--env {ns.env} has no variant {', '.join(unknown)} "
                 f"(its variants: {', '.join(VARIANTS[ns.env])})")
+    if ns.columns and not ns.per_seed:
+        p.error("--columns adds to the table of --per-seed: give --per-seed FROM TO too")
+    if ns.per_seed and ns.per_seed[0] > ns.per_seed[1]:
+        p.error(f"--per-seed {ns.per_seed[0]} {ns.per_seed[1]}: FROM is after TO")
     if ns.against and not ns.at:
         p.error("--against compares variants at the steps of --at: give --at too")
     if ns.transfer and ns.env != "smax":
@@ -168,6 +186,8 @@ def main(argv=None) -> None:
         text += "\n" + mean_at(records, ns.at, ns.window)
     if ns.against:
         text += "\n" + against(records, ns.against, ns.at, ns.window, ns.above)
+    if ns.per_seed:
+        text += "\n" + per_seed(records, ns.per_seed, ns.above, ns.columns)
     if ns.markdown:
         write_text(ns.markdown, text)
     if ns.plot:

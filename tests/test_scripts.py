@@ -391,6 +391,40 @@ def test_study_compares_each_variant_with_one_on_the_seeds_both_ran(tmp_path):
     assert out.returncode == 2 and "give --at too" in out.stderr
 
 
+def test_study_lists_each_seed_of_each_variant_over_a_span(tmp_path):
+    """--per-seed: a line per run, seeds side by side, its first evaluation above --above,
+    its evaluations inside the span (both ends included) and their mean, and the mean of
+    the --columns over the same evaluations; a run without such a column gets a blank."""
+    files = {"ace_official_academy_3_vs_1_with_keeper_seed1.csv":
+             "samples,win_rate,pass_share,mean_steps\n10000,0.0,0.1,60\n20000,0.5,0.2,50\n"
+             "30000,0.25,0.6,40\n40000,1.0,0.9,30\n",
+             "ace_academy_3_vs_1_with_keeper_seed1.csv": "samples,win_rate\n20000,0.1\n30000,0.125\n",
+             "ace_academy_3_vs_1_with_keeper_seed0.csv":
+             "samples,win_rate,pass_share,mean_steps\n19999,0.75,0.3,20\n"}
+    paths = []
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+        paths.append(str(tmp_path / name))
+    md = tmp_path / "t.md"
+    run(["scripts/study.py", "--env", "grf", "--eval-csv", *paths, "--per-seed", "20000", "30000",
+         "--above", "0.3", "--columns", "pass_share", "mean_steps", "--markdown", str(md)])
+    text = md.read_text()
+    lines = text[text.index("| first evaluation above 0.3 |"):].splitlines()[2:]
+    # seed 0 (ace): its only evaluation at 19,999 is outside 20k-30k; 0.75 > 0.3 there.
+    # seed 1, ace (before ace_official in the labels' order): 0.1 and 0.125, never above 0.3.
+    # seed 1, ace_official: 0.5 and 0.25 inside -> 0.375; pass 0.2, 0.6 -> 0.40; steps 45
+    assert lines == [
+        "| ACE | academy_3_vs_1_with_keeper | 0 | 20k |  |  |  |  |",
+        "| ACE | academy_3_vs_1_with_keeper | 1 | never | 0.11 | 0.10 0.12 |  |  |",
+        "| ACE, official recipe | academy_3_vs_1_with_keeper | 1 | 20k | 0.38 | 0.50 0.25 | 0.40 | 45.00 |"]
+    out = subprocess.run([sys.executable, "scripts/study.py", "--env", "grf", "--eval-csv", *paths,
+                          "--columns", "pass_share"], cwd=ROOT, capture_output=True, text=True)
+    assert out.returncode == 2 and "give --per-seed FROM TO too" in out.stderr
+    out = subprocess.run([sys.executable, "scripts/study.py", "--env", "grf", "--eval-csv", *paths,
+                          "--per-seed", "30000", "20000"], cwd=ROOT, capture_output=True, text=True)
+    assert out.returncode == 2 and "FROM is after TO" in out.stderr
+
+
 def test_study_refuses_a_variant_the_environment_lacks():
     out = subprocess.run([sys.executable, "scripts/study.py", "--env", "grf", "--variants",
                           "ace_wo_ia", "--records", "none.json"], cwd=ROOT, capture_output=True,

@@ -5,7 +5,8 @@ deviation (football).
 
 A *record* is one run: ``env``, ``variant``, ``scenario``, ``seed``, ``run_dir``,
 ``samples``, ``wall_s``, ``env_steps_per_s`` and ``curve``, its evaluations as
-``[(samples, value)]``. ``labels`` name the variants of each environment,
+``[(samples, value)]``; a record read from an ``eval.csv`` file also holds ``rows``, the
+file's rows (every column of each evaluation). ``labels`` name the variants of each environment,
 ``{env: {variant: label}}``, in the order the figure colours them.
 """
 from __future__ import annotations
@@ -120,10 +121,12 @@ def records_of_eval_csv(paths: List[str], env: str, variants: Sequence[str]) -> 
         if variant is None or not seed.isdigit():
             raise ValueError(f"{path}: name it <variant>_<scenario>_seed<seed>.csv with a "
                              f"variant of --env {env} ({', '.join(variants)})")
-        curve = [(r["samples"], r["win_rate"]) for r in read_csv(path) if "win_rate" in r]
+        rows = read_csv(path)
+        curve = [(r["samples"], r["win_rate"]) for r in rows if "win_rate" in r]
         out.append({"env": env, "variant": variant, "scenario": head[len(variant) + 1:],
                     "seed": int(seed), "run_dir": path, "samples": curve[-1][0] if curve else 0,
-                    "wall_s": float("nan"), "env_steps_per_s": float("nan"), "curve": curve})
+                    "wall_s": float("nan"), "env_steps_per_s": float("nan"), "curve": curve,
+                    "rows": rows})
     return out
 
 
@@ -230,6 +233,36 @@ def against(records: List[dict], labels: Labels, base: str, at: List[int], windo
     if len(lines) == 2:
         raise ValueError(f"no variant shares a seed and scenario with {base} (got "
                          f"{', '.join(sorted({k[1] for k in by_key}))})")
+    return "\n".join(lines) + "\n"
+
+
+def per_seed(records: List[dict], labels: Labels, span: Tuple[int, int], above: float = 0.1,
+             columns: Sequence[str] = ()) -> str:
+    """One line per run, the seeds of all variants side by side (by scenario, seed, then
+    variant in ``labels``' order): the first evaluation above ``above``, the evaluations
+    from ``span[0]`` to ``span[1]`` environment steps (both included) and their mean, and
+    the mean of each of ``columns`` over those evaluations (from the record's ``rows``;
+    blank where the run has no such column)."""
+    lo, hi = span
+    if lo > hi:
+        raise ValueError(f"the span {lo:,}-{hi:,} ends before it starts")
+    order = {env: list(names) for env, names in labels.items()}
+    lines = [f"| variant | scenario | seed | first evaluation above {above:g} | mean {lo / 1000:g}k-"
+             f"{hi / 1000:g}k | evaluations {lo / 1000:g}k-{hi / 1000:g}k | "
+             + "".join(f"{c}, mean | " for c in columns),
+             "|---|---|---|---|---|---|" + "---|" * len(columns)]
+    for r in sorted(records, key=lambda r: (r["env"], r["scenario"], r["seed"],
+                                            order[r["env"]].index(r["variant"]))):
+        inside = [v for s, v in r["curve"] if lo <= s <= hi]
+        start = take_off(r["curve"], above)
+        cells = ["never" if start is None else f"{start / 1000:,.0f}k",
+                 f"{statistics.mean(inside):.2f}" if inside else "",
+                 " ".join(f"{v:.2f}" for v in inside)]
+        for c in columns:
+            values = [row[c] for row in r.get("rows", ()) if lo <= row["samples"] <= hi and c in row]
+            cells.append(f"{statistics.mean(values):.2f}" if values else "")
+        lines.append(f"| {labels[r['env']][r['variant']]} | {r['scenario']} | {r['seed']} | "
+                     + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
 
