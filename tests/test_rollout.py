@@ -1,5 +1,6 @@
 """The efficient rollout against a naive, from-scratch reference, and its contract."""
 import copy
+import os
 
 import pytest
 import torch
@@ -541,6 +542,82 @@ def test_compiled_kernels_match_naive_reference(monkeypatch, pool, layers, sizes
     assert max_error_against_reference(net, states, fast) < 1e-5
     one_size = len(set(sizes)) == 1
     assert (value_head.dense_pool_stats in value_head._COMPILED) == (one_size and pool != "mean")
+
+
+def test_a_compiled_kernel_is_checked_against_the_plain_function():
+    """:class:`CompiledKernel` runs the plain function beside the kernel on its first call
+    with each pattern of sizes 0 and 1 (where torch.compile builds another kernel) and
+    raises, naming the kernel and the way out, where they disagree: by a value or a NaN."""
+    from acegnn.nn.value_head import CompiledKernel, gathered_pre
+
+    plain_calls = []
+
+    def counted(*args):
+        plain_calls.append(args[2].shape)
+        return gathered_pre(*args)
+
+    torch.manual_seed(0)
+    pre, msg = torch.randn(7, 16), torch.randn(5, 16)
+    read, rows = torch.randint(0, 7, (4, 2, 3)), torch.randint(0, 5, (4, 2, 3))
+    kernel = CompiledKernel(counted)
+    kernel.kernel = gathered_pre  # a kernel that agrees (no compilation in this test)
+    want = gathered_pre(pre, msg, read, rows, None)
+    assert torch.equal(kernel(pre, msg, read, rows, None), want)
+    kernel(pre, msg, read[:3], rows[:3], None)  # other sizes, none 0 or 1: checked already
+    assert plain_calls == [(4, 2, 3)]
+    kernel(pre, msg, read[:, :, :1], rows[:, :, :1], None)  # a size 1: another kernel
+    assert plain_calls == [(4, 2, 3), (4, 2, 1)]
+
+    off = CompiledKernel(gathered_pre)
+    off.kernel = lambda *args: gathered_pre(*args) + 1e-3  # beyond float rounding
+    with pytest.raises(RuntimeError, match=r"gathered_pre disagrees .*largest difference "
+                                           r"0\.001.*train\.compile=false"):
+        off(pre, msg, read, rows, None)
+    close = CompiledKernel(gathered_pre)
+    close.kernel = lambda *args: gathered_pre(*args) * (1 + 1e-6)  # float rounding: passes
+    close(pre, msg, read, rows, None)
+    nan = CompiledKernel(gathered_pre)
+    nan.kernel = lambda *args: gathered_pre(*args).index_fill(0, torch.tensor([2]), float("nan"))
+    with pytest.raises(RuntimeError, match="largest difference inf"):
+        nan(pre, msg, read, rows, None)
+
+
+GUARD = """
+import sys, torch
+from acegnn.nn.value_head import compiled, gathered_pre
+torch.manual_seed(0)
+args = (torch.randn(49, 128), torch.randn(20, 128), torch.randint(0, 49, (96, 2, 1)),
+        torch.randint(0, 20, (96, 2, 1)), None)
+try:
+    out = compiled(gathered_pre)(*args)
+except RuntimeError as e:
+    print("refused:", e)
+    sys.exit()
+print("agrees" if torch.allclose(out, gathered_pre(*args), atol=1e-4) else "WRONG")
+"""
+
+
+@pytest.mark.slow  # two processes compile (about 30 s)
+@pytest.mark.skipif(torch.backends.cpu.get_cpu_capability() != "AVX512",
+                    reason="fills the cache under AVX-512, then reads it under AVX2")
+def test_kernels_of_a_cache_built_for_another_vector_width_are_refused(tmp_path):
+    """The real failure the check is for: TorchInductor's on-disk cache, filled under
+    AVX-512 and read under ``ATEN_CPU_CAPABILITY=avx2`` (torch 2.13 hands out the
+    AVX-512 kernels: wrong sums, NaN). A kernel either agrees with the plain function or
+    is refused; never used wrong."""
+    import subprocess
+    import sys
+
+    env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(tmp_path), "OMP_NUM_THREADS": "1"}
+    first = subprocess.run([sys.executable, "-c", GUARD], env=env, capture_output=True,
+                           text=True, timeout=600)
+    assert first.stdout.strip() == "agrees", first.stderr[-2000:]
+    second = subprocess.run([sys.executable, "-c", GUARD], env={**env, "ATEN_CPU_CAPABILITY": "avx2"},
+                            capture_output=True, text=True, timeout=600)
+    out = second.stdout.strip()
+    assert out == "agrees" or out.startswith("refused: the compiled kernel gathered_pre "
+                                             f"disagrees"), (out, second.stderr[-2000:])
+    assert out == "agrees" or str(tmp_path) in out  # the cache to empty, named
 
 
 @pytest.mark.parametrize("pool,layers,grad", [("mean", 1, False), ("mean_max", 1, False),

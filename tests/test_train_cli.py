@@ -11,7 +11,8 @@ import torch
 from acegnn.algos.trainer import WALL_CLOCK_COLUMNS
 from acegnn.cli import main
 from acegnn.config import load_config
-from acegnn.utils.provenance import code_version, commits, record_session, sessions
+from acegnn.utils.provenance import (ARITHMETIC_ENV, code_version, commits, machine,
+                                     record_session, sessions)
 
 CONFIG = os.path.join(os.path.dirname(__file__), "..", "configs", "spiders_fly_5x5.yaml")
 TINY = ["train.total_samples=1536", "train.samples_per_collect=256", "train.batch_size=32",
@@ -200,6 +201,22 @@ def test_code_version_names_the_commit_and_whether_tracked_files_differ(tmp_path
     assert [s["samples"] for s in sessions(str(run))] == [0, 512, 1024]
     assert commits(str(run)) == [head + "+modified", "unknown"]
     assert commits(str(outside)) == []  # a run older than the record
+
+
+def test_a_session_records_the_machines_arithmetic(tmp_path, monkeypatch):
+    """The CPU, the vector instructions torch's kernels use and the variables that change
+    them, where set: what a rerun on another machine must match to give the same run."""
+    for name in ARITHMETIC_ENV:
+        monkeypatch.delenv(name, raising=False)
+    assert "arithmetic_env" not in machine()
+    monkeypatch.setenv("MKL_ENABLE_INSTRUCTIONS", "AVX2")
+    line = record_session(str(tmp_path), 0)
+    assert line == sessions(str(tmp_path))[0]
+    assert line["cpu_capability"] == torch.backends.cpu.get_cpu_capability()
+    assert line["arithmetic_env"] == {"MKL_ENABLE_INSTRUCTIONS": "AVX2"}
+    if os.path.exists("/proc/cpuinfo"):
+        with open("/proc/cpuinfo") as f:
+            assert f"model name\t: {line['cpu']}\n" in f.read()
 
 
 def test_existing_run_is_not_overwritten(tmp_path, capsys):

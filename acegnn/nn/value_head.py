@@ -1,7 +1,7 @@
 """Value encoder: fc + ReLU per unit, pooling over the units of a graph, fc to V."""
 from __future__ import annotations
 
-from typing import NamedTuple, Optional, Tuple
+from typing import List, NamedTuple, Optional, Tuple
 
 import torch
 from torch import Tensor, nn
@@ -373,16 +373,69 @@ def successor_scores(pre: Tensor, msg: Tensor, read: Tensor, msg_rows: Tensor,
 _COMPILED: dict = {}
 
 
-def compiled(fn):
-    """``fn`` compiled by ``torch.compile`` (dynamic shapes), once per process.
+def _tensors(out) -> List[Tensor]:
+    """The tensors of a kernel's result (a tensor or a tuple of them)."""
+    return [out] if isinstance(out, Tensor) else [t for t in out if isinstance(t, Tensor)]
 
-    :class:`SuccessorValues` runs its three kernels (:func:`gathered_pre`,
-    :func:`successor_scores`, :func:`pooled_values`) through this where the head's
-    ``compiled`` flag is set (``train.compile``) and autograd is off: the valuation of
-    every candidate in a decision and in the TD targets, the largest memory-bound part of
-    an update. The values are those of the plain functions to float rounding."""
+
+def _cache_dir() -> str:
+    try:
+        from torch._inductor.runtime.cache_dir_utils import cache_dir
+        return cache_dir()
+    except (ImportError, AttributeError):  # pragma: no cover - another torch layout
+        return "TorchInductor's cache directory"
+
+
+class CompiledKernel:
+    """``fn`` compiled (:func:`compiled`), checked against ``fn`` itself on its first call
+    with each pattern of sizes 0 and 1 of its tensor arguments (where ``torch.compile``
+    builds another kernel): a kernel that disagrees beyond float rounding raises instead
+    of training on wrong values. TorchInductor's on-disk cache can hand out kernels built
+    for another vector width (measured with torch 2.13: a cache filled under AVX-512 and
+    read under ``ATEN_CPU_CAPABILITY=avx2`` gives wrong sums and NaN, docs/benchmarks.md)."""
+
+    #: The largest difference from the plain function, relative and absolute, that passes.
+    rtol, atol = 1e-4, 1e-4
+
+    def __init__(self, fn) -> None:
+        self.fn, self.kernel, self.checked = fn, torch.compile(fn, dynamic=True), set()
+
+    def __call__(self, *args):
+        out = self.kernel(*args)
+        key = tuple(tuple(n < 2 for n in a.shape) for a in args if isinstance(a, Tensor))
+        if key not in self.checked:
+            self.check(out, self.fn(*args))
+            self.checked.add(key)
+        return out
+
+    def check(self, out, ref) -> None:
+        """Raise where the compiled result ``out`` differs from the plain ``ref``."""
+        for got, want in zip(_tensors(out), _tensors(ref)):
+            if got.shape != want.shape or not torch.allclose(
+                    got, want, rtol=self.rtol, atol=self.atol, equal_nan=True):
+                how = f"shape {tuple(got.shape)}" if got.shape != want.shape else \
+                    f"largest difference {(got - want).abs().nan_to_num(float('inf')).max():.3g}"
+                raise RuntimeError(
+                    f"the compiled kernel {self.fn.__name__} disagrees with the plain "
+                    f"function ({how}; the plain one's shape {tuple(want.shape)}): "
+                    f"TorchInductor's cache may hold kernels built for another CPU "
+                    f"(a cache shared between machines, or ATEN_CPU_CAPABILITY changed). "
+                    f"Empty it (rm -rf {_cache_dir()}) or give this machine its own "
+                    f"(TORCHINDUCTOR_CACHE_DIR), or train with train.compile=false")
+
+
+def compiled(fn) -> CompiledKernel:
+    """``fn`` compiled by ``torch.compile`` (dynamic shapes), once per process, and
+    checked against ``fn`` where it builds a kernel (:class:`CompiledKernel`).
+
+    :class:`SuccessorValues` runs its kernels (:func:`gathered_pre`,
+    :func:`successor_scores`, :func:`pooled_values`, :func:`dense_pool_stats`) through
+    this where the head's ``compiled`` flag is set (``train.compile``) and autograd is
+    off: the valuation of every candidate in a decision and in the TD targets, the
+    largest memory-bound part of an update. The values are those of the plain functions
+    to float rounding."""
     if fn not in _COMPILED:
-        _COMPILED[fn] = torch.compile(fn, dynamic=True)
+        _COMPILED[fn] = CompiledKernel(fn)
     return _COMPILED[fn]
 
 

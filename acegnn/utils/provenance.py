@@ -4,7 +4,9 @@ A run resumed across sessions may be trained by several commits; results in the 
 them. Each call of the training loop appends where it began (samples), when, on which
 host, and the code: acegnn's version, the git commit of the checkout acegnn is imported
 from (``None`` outside a git checkout, e.g. a wheel install) and whether tracked files
-differed from it (``dirty``), and torch's version.
+differed from it (``dirty``), and torch's version; and the machine's arithmetic
+(:func:`machine`): the same seed and commit give the same run on one machine, not across
+CPUs (docs/benchmarks.md, "One seed on two machines").
 """
 from __future__ import annotations
 
@@ -43,11 +45,38 @@ def code_version(directory: Optional[str] = None) -> dict:
             "dirty": None if status is None else bool(status), "torch": torch.__version__}
 
 
+#: Environment variables that change which kernels do the float arithmetic.
+ARITHMETIC_ENV = ("MKL_ENABLE_INSTRUCTIONS", "ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA")
+
+
+def machine() -> dict:
+    """What decides the float arithmetic of a session: the CPU's model name (``None``
+    where it cannot be read), the vector instructions torch's kernels use
+    (``cpu_capability``, e.g. ``AVX512``), and the variables of :data:`ARITHMETIC_ENV`
+    that are set (``arithmetic_env``, only where one is)."""
+    import torch
+
+    name = None
+    try:
+        with open("/proc/cpuinfo") as f:
+            name = next((line.split(":", 1)[1].strip() for line in f
+                         if line.startswith("model name")), None)
+    except OSError:
+        pass
+    out = {"cpu": name or platform.processor() or None,
+           "cpu_capability": torch.backends.cpu.get_cpu_capability()}
+    settings = {k: os.environ[k] for k in ARITHMETIC_ENV if k in os.environ}
+    if settings:
+        out["arithmetic_env"] = settings
+    return out
+
+
 def record_session(run_dir: str, samples: int, directory: Optional[str] = None) -> dict:
     """Append this training session to ``run_dir/sessions.jsonl``; the line written."""
     line = {"started": datetime.datetime.now(datetime.timezone.utc).isoformat(
                 timespec="seconds"),
-            "samples": int(samples), "host": platform.node(), **code_version(directory)}
+            "samples": int(samples), "host": platform.node(), **code_version(directory),
+            **machine()}
     with open(os.path.join(run_dir, SESSIONS), "a") as f:
         f.write(json.dumps(line) + "\n")
     return line
@@ -75,4 +104,5 @@ def commits(run_dir: str) -> List[str]:
     return out
 
 
-__all__ = ["SESSIONS", "code_version", "commits", "record_session", "sessions"]
+__all__ = ["ARITHMETIC_ENV", "SESSIONS", "code_version", "commits", "machine",
+           "record_session", "sessions"]
