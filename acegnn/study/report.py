@@ -247,9 +247,9 @@ def per_seed(records: List[dict], labels: Labels, span: Tuple[int, int], above: 
     if lo > hi:
         raise ValueError(f"the span {lo:,}-{hi:,} ends before it starts")
     order = {env: list(names) for env, names in labels.items()}
-    lines = [f"| variant | scenario | seed | first evaluation above {above:g} | mean {lo / 1000:g}k-"
-             f"{hi / 1000:g}k | evaluations {lo / 1000:g}k-{hi / 1000:g}k | "
-             + "".join(f"{c}, mean | " for c in columns),
+    span_k = f"{lo / 1000:g}k-{hi / 1000:g}k"
+    lines = [(f"| variant | scenario | seed | first evaluation above {above:g} | mean {span_k} | "
+              f"evaluations {span_k} | " + "".join(f"{c}, mean | " for c in columns)).rstrip(),
              "|---|---|---|---|---|---|" + "---|" * len(columns)]
     for r in sorted(records, key=lambda r: (r["env"], r["scenario"], r["seed"],
                                             order[r["env"]].index(r["variant"]))):
@@ -259,7 +259,8 @@ def per_seed(records: List[dict], labels: Labels, span: Tuple[int, int], above: 
                  f"{statistics.mean(inside):.2f}" if inside else "",
                  " ".join(f"{v:.2f}" for v in inside)]
         for c in columns:
-            values = [row[c] for row in r.get("rows", ()) if lo <= row["samples"] <= hi and c in row]
+            values = [row[c] for row in r.get("rows", ())
+                      if lo <= row["samples"] <= hi and c in row]
             cells.append(f"{statistics.mean(values):.2f}" if values else "")
         lines.append(f"| {labels[r['env']][r['variant']]} | {r['scenario']} | {r['seed']} | "
                      + " | ".join(cells) + " |")
