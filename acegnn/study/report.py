@@ -6,8 +6,8 @@ deviation (football).
 A *record* is one run: ``env``, ``variant``, ``scenario``, ``seed``, ``run_dir``,
 ``samples``, ``wall_s``, ``env_steps_per_s`` and ``curve``, its evaluations as
 ``[(samples, value)]``; a record read from an ``eval.csv`` file also holds ``rows``, the
-file's rows (every column of each evaluation). ``labels`` name the variants of each environment,
-``{env: {variant: label}}``, in the order the figure colours them.
+file's rows (every column of each evaluation). ``labels`` name the variants of each
+environment, ``{env: {variant: label}}``, in the order the figure colours them.
 """
 from __future__ import annotations
 
