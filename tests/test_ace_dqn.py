@@ -176,6 +176,38 @@ def test_the_compiled_optimizer_steps_as_the_eager_one_through_a_schedule(optimi
     assert resumed.update(*batch)["lr"] == pytest.approx(1e-3)
 
 
+def test_the_first_compiled_optimizer_step_is_checked_against_an_eager_copy(monkeypatch):
+    """The first step of ``train.compile_optimizer`` is compared with one eager step of a
+    copy of the optimiser (its state and gradients): a step that moves a weight by 1e-3
+    more raises, naming the switch, and a right one is checked once, not every update."""
+    batch = (spiders_fly_graphs(S, GRID), ACTIONS, REWARD, TERMINATED,
+             spiders_fly_graphs(S_NEXT, GRID))
+    algo = dict(optimizer="rmsprop", lr=1e-2, weight_decay=1e-3)
+    right = learner(**algo)
+    right.compile_optimizer()
+    copies = []
+    eager_copy = right._eager_step_of_copies
+    monkeypatch.setattr(right, "_eager_step_of_copies",
+                        lambda lr: copies.append(lr) or eager_copy(lr))
+    for _ in range(3):
+        right.update(*batch)
+    assert copies == [1e-2]
+
+    wrong = learner(**algo)
+    wrong.compile_optimizer()
+    first = next(wrong.net.parameters())
+
+    def off_step():
+        wrong.optimizer.step()
+        with torch.no_grad():
+            first.view(-1)[0] += 1e-3
+
+    wrong._compiled_step = off_step
+    with pytest.raises(RuntimeError, match=r"compiled optimiser step disagrees.*largest "
+                                           r"difference 0\.001.*train\.compile_optimizer=false"):
+        wrong.update(*batch)
+
+
 @pytest.mark.parametrize("eps", [1e-8, 1e-5])
 def test_optimizer_eps_sets_how_fast_weight_decay_shrinks_a_weight_without_gradient(eps):
     # One RMSprop step with no gradient from the loss: g = wd w, v = (1 - 0.99) g^2,

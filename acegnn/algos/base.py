@@ -5,13 +5,14 @@ from __future__ import annotations
 import copy
 import math
 from dataclasses import dataclass
-from typing import Callable, Dict, Optional
+from typing import Callable, Dict, List, Optional
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 from torch_geometric.data import Batch
 
+from acegnn.utils.compiled import check_compiled
 from acegnn.utils.phases import phase
 
 OPTIMIZERS = {"adam": torch.optim.Adam, "rmsprop": torch.optim.RMSprop}
@@ -169,6 +170,7 @@ class LearnerBase:
         self._checked = False  # inputs are validated until one batch has passed
         self._compiled_step: Optional[Callable[[], object]] = None  # compile_optimizer
         self._lr_tensor: Optional[Tensor] = None
+        self._step_checked = False  # the compiled step has matched the eager one once
 
     def _check(self) -> bool:
         """True for the first batch only: validate it against the schema. A task's later
@@ -209,6 +211,28 @@ class LearnerBase:
         a tensor, so a schedule does not recompile it."""
         self._lr_tensor = torch.tensor(float(self.learning_rate()), device=self.device)
         self._compiled_step = torch.compile(self.optimizer.step)
+        self._step_checked = False
+
+    def _eager_step_of_copies(self, lr: float) -> List[Tensor]:
+        """The parameters after one eager step at ``lr`` of a copy of the optimiser, its
+        state and the gradients copied from where they stand: what the compiled step
+        must give (checked once, :func:`acegnn.utils.compiled.check_compiled`)."""
+        groups, copies = [], []
+        for group in self.optimizer.param_groups:
+            params = []
+            for p in group["params"]:
+                q = p.detach().clone().requires_grad_(p.requires_grad)
+                q.grad = None if p.grad is None else p.grad.detach().clone()
+                params.append(q)
+            copies += params
+            groups.append({**group, "params": params, "lr": lr})
+        twin = type(self.optimizer)(groups)
+        state = copy.deepcopy(self.optimizer.state_dict())
+        for group in state["param_groups"]:
+            group["lr"] = lr
+        twin.load_state_dict(state)
+        twin.step()
+        return copies
 
     def learning_rate(self) -> float:
         """The learning rate of the next gradient step (the config's schedule, if any)."""
@@ -241,7 +265,13 @@ class LearnerBase:
                 self._lr_tensor.fill_(lr)
                 for group in self.optimizer.param_groups:
                     group["lr"] = self._lr_tensor
+                reference = None if self._step_checked else self._eager_step_of_copies(lr)
                 self._compiled_step()
+                if reference is not None:
+                    params = [p for g in self.optimizer.param_groups for p in g["params"]]
+                    check_compiled("optimiser step", zip((p.detach() for p in params), reference),
+                                   "train.compile_optimizer", atol=1e-6)
+                    self._step_checked = True
             self.num_updates += 1
         return {"grad_norm": grad_norm.item(), "lr": lr}
 

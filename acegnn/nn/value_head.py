@@ -10,6 +10,7 @@ from torch_geometric.utils import scatter
 from acegnn.graph.index import UnitIndex
 from acegnn.nn.se_state import CandidateRows
 from acegnn.nn.unit_encoder import mlp, reset_mlp
+from acegnn.utils.compiled import check_compiled
 
 POOLS = {"mean": ("mean",), "sum": ("sum",), "max": ("max",), "mean_max": ("mean", "max"),
          "mean_max_split": ("mean", "max")}
@@ -378,24 +379,11 @@ def _tensors(out) -> List[Tensor]:
     return [out] if isinstance(out, Tensor) else [t for t in out if isinstance(t, Tensor)]
 
 
-def _cache_dir() -> str:
-    try:
-        from torch._inductor.runtime.cache_dir_utils import cache_dir
-        return cache_dir()
-    except (ImportError, AttributeError):  # pragma: no cover - another torch layout
-        return "TorchInductor's cache directory"
-
-
 class CompiledKernel:
     """``fn`` compiled (:func:`compiled`), checked against ``fn`` itself on its first call
     with each pattern of sizes 0 and 1 of its tensor arguments (where ``torch.compile``
-    builds another kernel): a kernel that disagrees beyond float rounding raises instead
-    of training on wrong values. TorchInductor's on-disk cache can hand out kernels built
-    for another vector width (measured with torch 2.13: a cache filled under AVX-512 and
-    read under ``ATEN_CPU_CAPABILITY=avx2`` gives wrong sums and NaN, docs/benchmarks.md)."""
-
-    #: The largest difference from the plain function, relative and absolute, that passes.
-    rtol, atol = 1e-4, 1e-4
+    builds another kernel): a kernel that disagrees beyond float rounding raises
+    (:func:`acegnn.utils.compiled.check_compiled`) instead of training on wrong values."""
 
     def __init__(self, fn) -> None:
         self.fn, self.kernel, self.checked = fn, torch.compile(fn, dynamic=True), set()
@@ -404,24 +392,10 @@ class CompiledKernel:
         out = self.kernel(*args)
         key = tuple(tuple(n < 2 for n in a.shape) for a in args if isinstance(a, Tensor))
         if key not in self.checked:
-            self.check(out, self.fn(*args))
+            check_compiled(f"kernel {self.fn.__name__}",
+                           zip(_tensors(out), _tensors(self.fn(*args))), "train.compile")
             self.checked.add(key)
         return out
-
-    def check(self, out, ref) -> None:
-        """Raise where the compiled result ``out`` differs from the plain ``ref``."""
-        for got, want in zip(_tensors(out), _tensors(ref)):
-            if got.shape != want.shape or not torch.allclose(
-                    got, want, rtol=self.rtol, atol=self.atol, equal_nan=True):
-                how = f"shape {tuple(got.shape)}" if got.shape != want.shape else \
-                    f"largest difference {(got - want).abs().nan_to_num(float('inf')).max():.3g}"
-                raise RuntimeError(
-                    f"the compiled kernel {self.fn.__name__} disagrees with the plain "
-                    f"function ({how}; the plain one's shape {tuple(want.shape)}): "
-                    f"TorchInductor's cache may hold kernels built for another CPU "
-                    f"(a cache shared between machines, or ATEN_CPU_CAPABILITY changed). "
-                    f"Empty it (rm -rf {_cache_dir()}) or give this machine its own "
-                    f"(TORCHINDUCTOR_CACHE_DIR), or train with train.compile=false")
 
 
 def compiled(fn) -> CompiledKernel:
