@@ -225,10 +225,10 @@ class LearnerBase:
                 q.grad = None if p.grad is None else p.grad.detach().clone()
                 params.append(q)
             copies += params
-            groups.append({**group, "params": params, "lr": lr})
+            groups.append({**group, "params": params})
         twin = type(self.optimizer)(groups)
         state = copy.deepcopy(self.optimizer.state_dict())
-        for group in state["param_groups"]:
+        for group in state["param_groups"]:  # the hyperparameters the twin steps with
             group["lr"] = lr
         twin.load_state_dict(state)
         twin.step()
@@ -268,9 +268,9 @@ class LearnerBase:
                 reference = None if self._step_checked else self._eager_step_of_copies(lr)
                 self._compiled_step()
                 if reference is not None:
-                    params = [p for g in self.optimizer.param_groups for p in g["params"]]
-                    check_compiled("optimiser step", zip((p.detach() for p in params), reference),
-                                   "train.compile_optimizer", atol=1e-6)
+                    params = [p.detach() for g in self.optimizer.param_groups for p in g["params"]]
+                    check_compiled("optimiser step", params, reference, "train.compile_optimizer",
+                                   atol=1e-6)
                     self._step_checked = True
             self.num_updates += 1
         return {"grad_norm": grad_norm.item(), "lr": lr}

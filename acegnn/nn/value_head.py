@@ -1,7 +1,7 @@
 """Value encoder: fc + ReLU per unit, pooling over the units of a graph, fc to V."""
 from __future__ import annotations
 
-from typing import List, NamedTuple, Optional, Tuple
+from typing import NamedTuple, Optional, Tuple
 
 import torch
 from torch import Tensor, nn
@@ -374,11 +374,6 @@ def successor_scores(pre: Tensor, msg: Tensor, read: Tensor, msg_rows: Tensor,
 _COMPILED: dict = {}
 
 
-def _tensors(out) -> List[Tensor]:
-    """The tensors of a kernel's result (a tensor or a tuple of them)."""
-    return [out] if isinstance(out, Tensor) else [t for t in out if isinstance(t, Tensor)]
-
-
 class CompiledKernel:
     """``fn`` compiled (:func:`compiled`), checked against ``fn`` itself on its first call
     with each pattern of sizes 0 and 1 of its tensor arguments (where ``torch.compile``
@@ -392,8 +387,7 @@ class CompiledKernel:
         out = self.kernel(*args)
         key = tuple(tuple(n < 2 for n in a.shape) for a in args if isinstance(a, Tensor))
         if key not in self.checked:
-            check_compiled(f"kernel {self.fn.__name__}",
-                           zip(_tensors(out), _tensors(self.fn(*args))), "train.compile")
+            check_compiled(f"kernel {self.fn.__name__}", out, self.fn(*args), "train.compile")
             self.checked.add(key)
         return out
 

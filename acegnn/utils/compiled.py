@@ -5,11 +5,11 @@ filled under one vector width (AVX-512) and read under another (``ATEN_CPU_CAPAB
 hands out kernels that compute wrong sums and NaN (docs/benchmarks.md, "One seed on two
 machines"). The candidate kernels (:class:`acegnn.nn.value_head.CompiledKernel`) and the
 compiled optimiser step (:meth:`acegnn.algos.base.LearnerBase.gradient_step`) are each
-compared once with the plain code, and raise :func:`disagreement`'s error where they differ.
+compared once with the plain code by :func:`check_compiled`, which raises where they differ.
 """
 from __future__ import annotations
 
-from typing import Iterable, Optional, Tuple
+from typing import List, Optional, Sequence, Union
 
 import torch
 from torch import Tensor
@@ -26,21 +26,23 @@ def _cache_dir() -> str:
         return "TorchInductor's cache directory"
 
 
-def check_compiled(name: str, pairs: Iterable[Tuple[Tensor, Tensor]], switch: str,
-                   atol: float = ATOL) -> None:
-    """Raise ``RuntimeError`` where a compiled result differs from the plain one beyond
-    float rounding (NaN where the plain one has none counts), naming ``name``, the
-    cache to empty and ``switch``, the config key that turns compilation off.
+def _tensors(out: Union[Tensor, Sequence]) -> List[Tensor]:
+    """The tensors of a result: a tensor, or those of a tuple or list."""
+    return [out] if isinstance(out, Tensor) else [t for t in out if isinstance(t, Tensor)]
 
-    Args:
-        pairs: (compiled result, plain result) tensors.
-    """
-    for got, want in pairs:
+
+def check_compiled(name: str, got: Union[Tensor, Sequence], want: Union[Tensor, Sequence],
+                   switch: str, atol: float = ATOL) -> None:
+    """Raise ``RuntimeError`` where the compiled result ``got`` differs from the plain
+    ``want`` (each a tensor or a sequence of them) beyond float rounding (NaN where the
+    plain one has none counts), naming ``name``, the cache to empty and ``switch``, the
+    config key that turns compilation off."""
+    for mine, plain in zip(_tensors(got), _tensors(want)):
         how: Optional[str] = None
-        if got.shape != want.shape:
-            how = f"shape {tuple(got.shape)}, the plain one's {tuple(want.shape)}"
-        elif not torch.allclose(got, want, rtol=RTOL, atol=atol, equal_nan=True):
-            how = f"largest difference {(got - want).abs().nan_to_num(float('inf')).max():.3g}"
+        if mine.shape != plain.shape:
+            how = f"shape {tuple(mine.shape)}, the plain one's {tuple(plain.shape)}"
+        elif not torch.allclose(mine, plain, rtol=RTOL, atol=atol, equal_nan=True):
+            how = f"largest difference {(mine - plain).abs().nan_to_num(float('inf')).max():.3g}"
         if how:
             raise RuntimeError(
                 f"the compiled {name} disagrees with the plain code ({how}): TorchInductor's "
