@@ -34,9 +34,8 @@ import sys
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 
-from acegnn.algos.checkpoint import SUCCESS_CHECKPOINT
 from acegnn.utils.io import write_text
-from acegnn.utils.runs import acegnn, read_csv, train_or_resume
+from acegnn.utils.runs import SUCCESS_CHECKPOINT, acegnn, read_csv, train_or_resume
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Paper Table 1: (mean, std) of samples to 100% (millions) and steps gap, per grid.

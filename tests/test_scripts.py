@@ -14,6 +14,18 @@ def run(args):
                           check=True).stdout
 
 
+@pytest.mark.parametrize("script", ["bench_spiders.py", "bench_overlap.py", "study.py"])
+def test_scripts_that_start_runs_import_no_torch(script):
+    """They start each run as an ``acegnn`` process; torch and PyG would add seconds to
+    every start of the script (5 s of CPU on this machine) for nothing."""
+    code = (f"import runpy, sys; sys.argv = ['{script}', '--help']\n"
+            f"try:\n    runpy.run_path('scripts/{script}', run_name='__main__')\n"
+            "except SystemExit:\n    pass\n"
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'torch_geometric')))")
+    out = run(["-c", code])
+    assert out.splitlines()[-1] == "[]"
+
+
 def test_bench_rollout_writes_records(tmp_path):
     out = tmp_path / "r.json"
     text = run(["scripts/bench_rollout.py", "--sizes", "2x3", "--batches", "2", "--hidden", "8",

@@ -12,11 +12,8 @@ import os
 import torch
 
 from acegnn.utils.io import atomic_write
-from acegnn.utils.runs import CHECKPOINT  # noqa: F401  (the latest state of a run, in its run directory)
+from acegnn.utils.runs import CHECKPOINT, SUCCESS_CHECKPOINT  # noqa: F401  (the run directory's files)
 
-#: A full checkpoint of the run at its first successful evaluation, kept when training
-#: goes on (``train.stop_on_success=false``) so both policies can be evaluated.
-SUCCESS_CHECKPOINT = "success.pt"
 CHECKPOINT_VERSION = 1
 
 

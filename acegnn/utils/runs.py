@@ -19,9 +19,12 @@ try:
 except ImportError:  # not POSIX: no run-directory locks
     fcntl = None
 
-#: A run's checkpoint in its directory (written by :mod:`acegnn.algos.checkpoint`; named
-#: here so that code that starts runs imports no torch).
+#: A run's checkpoint in its directory (written by :mod:`acegnn.algos.checkpoint`; the
+#: file names are here so that code that starts runs imports no torch).
 CHECKPOINT = "checkpoint.pt"
+#: A full checkpoint of the run at its first successful evaluation, kept when training
+#: goes on (``train.stop_on_success=false``) so both policies can be evaluated.
+SUCCESS_CHECKPOINT = "success.pt"
 #: The lock file of a run directory that a process trains (:func:`lock_run_dir`).
 LOCK = ".lock"
 #: One thread per run: several runs share the machine's cores.
