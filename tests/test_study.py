@@ -576,60 +576,47 @@ def test_smoke_study_trains_ordinary_runs_and_skips_them_when_finished(smoke):
                       for t in study.trials]
 
 
-def test_a_failed_trial_resumes_from_its_checkpoint_and_ends_as_if_uninterrupted(
+def test_a_failed_trial_and_one_whose_worker_dies_resume_and_end_as_if_uninterrupted(
         smoke, tmp_path):
-    """The smoke study's ``ace`` whose first session raises after 1024 samples (its
-    checkpoint at 1024): Tune starts it again, it resumes, and it ends as the smoke
-    study's uninterrupted run."""
-    from test_train_cli import assert_same_run
-
-    text = open(SMOKE).read().replace(
-        "  ace_wo_ia:\n    config: configs/spiders_fly_5x5.yaml\n    overrides: [model.passive=false]"
-        "\n    label: ACE-w/o-IA\n", "").replace(
-        "    label: ACE\n", "    label: ACE\n    overrides: [train.halt_after=1024]\n")
-    assert "halt_after" in text and "ace_wo_ia" not in text
-    code, out, err = study_cli(write(tmp_path, text), "--dir", str(tmp_path / "study"))
-    assert code == 0, err[-3000:]
-    assert "trial ace_seed0 failed; it resumes from its last checkpoint" in out
-    flaky = tmp_path / "study" / "ace_seed0"
-    first, second = sessions(flaky)
-    assert "--resume" not in first and f"--resume {flaky} " in second
-    assert "halted after 1024 samples" in (flaky / LOG).read_text()
-    assert_same_run(pathlib.Path(smoke[0].trials[0].run_dir), flaky)
-
-
-def test_a_trial_whose_worker_dies_resumes_from_its_checkpoint(smoke, tmp_path):
-    """The Ray worker of the smoke study's ``ace`` killed (SIGKILL) after its checkpoint
-    at 1024 samples: its ``acegnn train`` goes with it, Tune starts the trial again, it
-    resumes and ends as the smoke study's uninterrupted run."""
+    """The smoke study again, both trials interrupted after a checkpoint: ``ace``'s first
+    session raises after 1024 samples (``train.halt_after``; its checkpoint at 1024), and
+    the Ray worker of ``ace_wo_ia`` is killed (SIGKILL) after its checkpoint at 1024,
+    its ``acegnn train`` going with it. Tune starts each again, each resumes and
+    ends as the smoke study's uninterrupted run. (One study for both: a Ray start less.)"""
     psutil = pytest.importorskip("psutil")
     from test_train_cli import assert_same_run
 
     text = open(SMOKE).read().replace(
-        "  ace_wo_ia:\n    config: configs/spiders_fly_5x5.yaml\n    overrides: [model.passive=false]"
-        "\n    label: ACE-w/o-IA\n", "")
-    assert "ace_wo_ia" not in text
+        "    label: ACE\n", "    label: ACE\n    overrides: [train.halt_after=1024]\n")
+    assert "halt_after" in text
     env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
-    run_dir = tmp_path / "study" / "ace_seed0"
+    study_dir = tmp_path / "study"
+    flaky, killed = study_dir / "ace_seed0", study_dir / "ace_wo_ia_seed0"
     proc = subprocess.Popen([sys.executable, "-m", "acegnn.cli", "study", write(tmp_path, text),
-                             "--dir", str(tmp_path / "study"), "--cpus", "2"], cwd=ROOT,
+                             "--dir", str(study_dir), "--cpus", "2"], cwd=ROOT,
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    log, deadline = run_dir / "train.csv", time.monotonic() + 600
+    log, deadline = killed / "train.csv", time.monotonic() + 600
     while time.monotonic() < deadline and (not log.exists()
                                            or len(log.read_text().splitlines()) < 6):
         time.sleep(0.2)
     trains = [p for p in psutil.process_iter(["cmdline"])
-              if {"train", f"run.dir={tmp_path / 'study'}"} <= set(p.info["cmdline"] or [])]
+              if {"train", f"run.dir={study_dir}", "run.name=ace_wo_ia_seed0"}
+              <= set(p.info["cmdline"] or [])]
     assert len(trains) == 1, "the trial's acegnn train is not running"
     worker = trains[0].parent()
     worker.kill()
     trains[0].wait(timeout=60)  # PR_SET_PDEATHSIG: the training dies with its worker
     out, err = proc.communicate(timeout=900)
     assert proc.returncode == 0, err[-3000:]
-    assert "trial ace_seed0 failed; it resumes from its last checkpoint" in out
-    first, second = sessions(run_dir)
-    assert "--resume" not in first and f"--resume {run_dir} " in second
-    assert_same_run(pathlib.Path(smoke[0].trials[0].run_dir), run_dir)
+    for run_dir in (flaky, killed):
+        assert f"trial {run_dir.name} failed; it resumes from its last checkpoint" in out
+        first, second = sessions(run_dir)
+        assert "--resume" not in first and f"--resume {run_dir} " in second
+    assert "halted after 1024 samples" in (flaky / LOG).read_text()
+    assert "halted after" not in (killed / LOG).read_text()
+    uninterrupted = {t.name: pathlib.Path(t.run_dir) for t in smoke[0].trials}
+    assert_same_run(uninterrupted["ace_seed0"], flaky)
+    assert_same_run(uninterrupted["ace_wo_ia_seed0"], killed)
 
 
 @pytest.mark.slow  # a study stopped with Ctrl-C, then run again (about a minute)
