@@ -14,6 +14,20 @@ def run(args):
                           check=True).stdout
 
 
+def refusal(script, args, monkeypatch, capsys):
+    """The usage error (exit status 2) of ``scripts/<script>.py`` with ``args``, called in
+    this process (a refusal needs no process of its own; each costs seconds of imports)."""
+    import importlib
+
+    monkeypatch.chdir(ROOT)
+    monkeypatch.syspath_prepend(os.path.join(ROOT, "scripts"))
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as stop:
+        importlib.import_module(script).main(args)
+    assert stop.value.code == 2
+    return capsys.readouterr().err
+
+
 @pytest.mark.parametrize("script", ["bench_spiders.py", "bench_overlap.py", "study.py"])
 def test_scripts_that_start_runs_import_no_torch(script):
     """They start each run as an ``acegnn`` process; torch and PyG would add seconds to
@@ -225,7 +239,7 @@ def test_bench_update_prints_timings():
     assert "update: %d operators dispatched" % ops["update"]["dispatched"] in text
 
 
-def test_bench_update_times_a_saved_batch_where_the_task_is_absent(tmp_path):
+def test_bench_update_times_a_saved_batch_where_the_task_is_absent(tmp_path, monkeypatch, capsys):
     small = ["model.hidden=8", "train.batch_size=16", "train.samples_per_collect=64",
              "train.learning_starts=64", "--repeats", "1", "--updates", "1"]
     saved = tmp_path / "b.pt"
@@ -235,13 +249,12 @@ def test_bench_update_times_a_saved_batch_where_the_task_is_absent(tmp_path):
                             "--batch", str(saved), "--cpu-time"]).strip().splitlines()[-1])
     assert made["step_ms"] > 0 and timed["update_ms"] > 0 and "step_ms" not in timed
     assert timed["device"] == "cpu" and (made["clock"], timed["clock"]) == ("wall", "cpu")
-    threads = subprocess.run([sys.executable, "scripts/bench_update.py", "configs/spiders_fly_5x5.yaml",
-                              *small, "--batch", str(saved), "--cpu-time", "--threads", "2"],
-                             cwd=ROOT, capture_output=True, text=True)
-    assert threads.returncode == 2 and "use it with --threads 1" in threads.stderr
-    other = subprocess.run([sys.executable, "scripts/bench_update.py", "configs/spiders_fly_7x7.yaml",
-                            *small, "--batch", str(saved)], cwd=ROOT, capture_output=True, text=True)
-    assert other.returncode == 2 and "holds a batch of configs/spiders_fly_5x5.yaml" in other.stderr
+    assert "use it with --threads 1" in refusal(
+        "bench_update", ["configs/spiders_fly_5x5.yaml", *small, "--batch", str(saved),
+                         "--cpu-time", "--threads", "2"], monkeypatch, capsys)
+    assert "holds a batch of configs/spiders_fly_5x5.yaml" in refusal(
+        "bench_update", ["configs/spiders_fly_7x7.yaml", *small, "--batch", str(saved)],
+        monkeypatch, capsys)
 
 
 def test_bench_graphs_times_layout_and_scratch(tmp_path):
@@ -493,7 +506,7 @@ def test_battle_start_spread_is_the_largest_distance_between_two_units():
     assert spread(pos).tolist() == [5.0, 0.5]
 
 
-def test_bench_update_starts_from_a_runs_checkpoint(tmp_path):
+def test_bench_update_starts_from_a_runs_checkpoint(tmp_path, monkeypatch, capsys):
     """``--checkpoint RUN`` times the run's trained learner; a checkpoint of another
     network is refused with the reason."""
     from acegnn.cli import main as cli
@@ -506,10 +519,9 @@ def test_bench_update_starts_from_a_runs_checkpoint(tmp_path):
                           "--repeats", "1", "--updates", "1", "--checkpoint",
                           str(tmp_path / "r")]).strip().splitlines()[-1])
     assert out["checkpoint_updates"] == 12  # 4 rounds of 64 steps, 3 updates each
-    other = subprocess.run([sys.executable, "scripts/bench_update.py", "configs/spiders_fly_5x5.yaml",
-                            "model.hidden=16", "--checkpoint", str(tmp_path / "r")], cwd=ROOT,
-                           capture_output=True, text=True)
-    assert other.returncode == 2 and "does not match this model" in other.stderr
+    assert "does not match this model" in refusal(
+        "bench_update", ["configs/spiders_fly_5x5.yaml", "model.hidden=16", "--checkpoint",
+                         str(tmp_path / "r")], monkeypatch, capsys)
 
 
 def marines_3_vs_2():
