@@ -26,6 +26,10 @@ ones of configs/studies/variants.yaml, each with its config, overrides and label
         --at 150000 --against ace_official_probe_wide_decay8k   # each variant beside one
     python scripts/study.py --env grf --eval-csv docs/grf_runs/*academy_3_vs_1*seed0.csv \\
         --per-seed 105000 152000 --columns pass_share mean_steps  # each run of seed 0
+
+A seed trained twice (say a rerun in docs/grf_runs and its first run in a folder below)
+is listed run by run with --per-seed alone, each row naming its folder; the tables, the
+curves and --against count each seed once and refuse two runs of one seed.
 """
 from __future__ import annotations
 
@@ -181,13 +185,20 @@ def main(argv=None) -> None:
         if ns.json:
             ordered = sorted(records, key=lambda r: (*record_key(r), r["seed"]))
             write_text(ns.json, json.dumps(ordered, indent=1))
-    text = table(records)
+    repeated = report.repeated_runs(records)
+    if repeated and (not ns.per_seed or ns.at or ns.against or ns.plot):
+        (env, variant, scenario, seed), paths = next(iter(repeated.items()))
+        p.error(f"seed {seed} of {variant} on {scenario} has {len(paths)} runs "
+                f"({', '.join(paths)}){f' and {len(repeated) - 1} more seeds too' if len(repeated) > 1 else ''}: "
+                f"the tables, curves and --against count each seed once, so give one run of "
+                f"each (--per-seed alone lists every run)")
+    text = table(records) if not repeated else ""
     if ns.at:
         text += "\n" + mean_at(records, ns.at, ns.window)
     if ns.against:
         text += "\n" + against(records, ns.against, ns.at, ns.window, ns.above)
     if ns.per_seed:
-        text += "\n" + per_seed(records, ns.per_seed, ns.above, ns.columns)
+        text += ("\n" if text else "") + per_seed(records, ns.per_seed, ns.above, ns.columns)
     if ns.markdown:
         write_text(ns.markdown, text)
     if ns.plot:

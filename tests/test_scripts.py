@@ -450,6 +450,32 @@ def test_study_lists_each_seed_of_each_variant_over_a_span(tmp_path):
     assert out.returncode == 2 and "FROM is after TO" in out.stderr
 
 
+def test_a_seed_run_twice_is_listed_per_run_and_counted_by_no_table(tmp_path):
+    """Two runs of one seed (a rerun on another machine): --per-seed lists both, each
+    named by its folder; the tables over seeds (--at, --against, --plot and the final
+    table) refuse them, naming both files, instead of counting the seed twice."""
+    name = "ace_academy_3_vs_1_with_keeper_seed1.csv"
+    (tmp_path / "first").mkdir()
+    (tmp_path / name).write_text("samples,win_rate\n10000,0.5\n")
+    (tmp_path / "first" / name).write_text("samples,win_rate\n10000,0.25\n")
+    (tmp_path / "ace_academy_3_vs_1_with_keeper_seed2.csv").write_text("samples,win_rate\n10000,1\n")
+    paths = [str(tmp_path / name), str(tmp_path / "first" / name),
+             str(tmp_path / "ace_academy_3_vs_1_with_keeper_seed2.csv")]
+    text = run(["scripts/study.py", "--env", "grf", "--eval-csv", *paths, "--per-seed", "0", "20000"])
+    assert text.splitlines()[0].startswith("| variant | scenario | seed | first evaluation")
+    assert text.strip().splitlines()[2:] == [
+        f"| ACE | academy_3_vs_1_with_keeper | 1 ({tmp_path.name}) | 10k | 0.50 | 0.50 |",
+        "| ACE | academy_3_vs_1_with_keeper | 1 (first) | 10k | 0.25 | 0.25 |",
+        "| ACE | academy_3_vs_1_with_keeper | 2 | 10k | 1.00 | 1.00 |"]
+    for more in ([], ["--at", "10000"], ["--per-seed", "0", "20000", "--plot", str(tmp_path / "c.png")]):
+        out = subprocess.run([sys.executable, "scripts/study.py", "--env", "grf", "--eval-csv",
+                              *paths, *more], cwd=ROOT, capture_output=True, text=True)
+        assert out.returncode == 2, more
+        assert (f"seed 1 of ace on academy_3_vs_1_with_keeper has 2 runs ({paths[0]}, {paths[1]}): "
+                "the tables, curves and --against count each seed once") in out.stderr
+    assert not (tmp_path / "c.png").exists()
+
+
 def test_study_refuses_a_variant_the_environment_lacks():
     out = subprocess.run([sys.executable, "scripts/study.py", "--env", "grf", "--variants",
                           "ace_wo_ia", "--records", "none.json"], cwd=ROOT, capture_output=True,

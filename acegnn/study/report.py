@@ -93,6 +93,16 @@ def record_key(record: dict) -> tuple:
     return record.get("env", "smax"), record["variant"], record["scenario"]
 
 
+def repeated_runs(records: List[dict]) -> Dict[tuple, List[str]]:
+    """(env, variant, scenario, seed) -> the ``run_dir`` of each run, for the seeds with
+    more than one run (a seed trained again, e.g. on another machine). The tables, curves
+    and :func:`against` take one run per seed; :func:`per_seed` lists every run."""
+    runs: Dict[tuple, List[str]] = {}
+    for r in records:
+        runs.setdefault((*record_key(r), r["seed"]), []).append(r["run_dir"])
+    return {k: v for k, v in runs.items() if len(v) > 1}
+
+
 def _groups(records: List[dict]) -> Dict[tuple, List[dict]]:
     """The records by (env, variant, scenario)."""
     groups: Dict[tuple, List[dict]] = {}
@@ -242,7 +252,8 @@ def per_seed(records: List[dict], labels: Labels, span: Tuple[int, int], above: 
     variant in ``labels``' order): the first evaluation above ``above``, the evaluations
     from ``span[0]`` to ``span[1]`` environment steps (both included) and their mean, and
     the mean of each of ``columns`` over those evaluations (from the record's ``rows``;
-    blank where the run has no such column)."""
+    blank where the run has no such column). A seed with more than one run of a variant
+    (:func:`repeated_runs`) names each run's folder beside the seed."""
     lo, hi = span
     if lo > hi:
         raise ValueError(f"the span {lo:,}-{hi:,} ends before it starts")
@@ -251,8 +262,12 @@ def per_seed(records: List[dict], labels: Labels, span: Tuple[int, int], above: 
     lines = [(f"| variant | scenario | seed | first evaluation above {above:g} | mean {span_k} | "
               f"evaluations {span_k} | " + "".join(f"{c}, mean | " for c in columns)).rstrip(),
              "|---|---|---|---|---|---|" + "---|" * len(columns)]
+    repeated = repeated_runs(records)
     for r in sorted(records, key=lambda r: (r["env"], r["scenario"], r["seed"],
                                             order[r["env"]].index(r["variant"]))):
+        seed = str(r["seed"])
+        if (*record_key(r), r["seed"]) in repeated:
+            seed += f" ({os.path.basename(os.path.dirname(os.path.abspath(r['run_dir'])))})"
         inside = [v for s, v in r["curve"] if lo <= s <= hi]
         start = take_off(r["curve"], above)
         cells = ["never" if start is None else f"{start / 1000:,.0f}k",
@@ -262,7 +277,7 @@ def per_seed(records: List[dict], labels: Labels, span: Tuple[int, int], above: 
             values = [row[c] for row in r.get("rows", ())
                       if lo <= row["samples"] <= hi and c in row]
             cells.append(f"{statistics.mean(values):.2f}" if values else "")
-        lines.append(f"| {labels[r['env']][r['variant']]} | {r['scenario']} | {r['seed']} | "
+        lines.append(f"| {labels[r['env']][r['variant']]} | {r['scenario']} | {seed} | "
                      + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
