@@ -188,10 +188,10 @@ def main(argv=None) -> None:
     repeated = report.repeated_runs(records)
     if repeated and (not ns.per_seed or ns.at or ns.against or ns.plot):
         (env, variant, scenario, seed), paths = next(iter(repeated.items()))
+        more = f" and {len(repeated) - 1} more seeds too" if len(repeated) > 1 else ""
         p.error(f"seed {seed} of {variant} on {scenario} has {len(paths)} runs "
-                f"({', '.join(paths)}){f' and {len(repeated) - 1} more seeds too' if len(repeated) > 1 else ''}: "
-                f"the tables, curves and --against count each seed once, so give one run of "
-                f"each (--per-seed alone lists every run)")
+                f"({', '.join(paths)}){more}: the tables, curves and --against count each "
+                f"seed once, so give one run of each (--per-seed alone lists every run)")
     text = table(records) if not repeated else ""
     if ns.at:
         text += "\n" + mean_at(records, ns.at, ns.window)
