@@ -187,7 +187,7 @@ def main(argv=None) -> None:
             write_text(ns.json, json.dumps(ordered, indent=1))
     repeated = report.repeated_runs(records)
     if repeated and (not ns.per_seed or ns.at or ns.against or ns.plot):
-        (env, variant, scenario, seed), paths = next(iter(repeated.items()))
+        (_, variant, scenario, seed), paths = next(iter(repeated.items()))
         more = f" and {len(repeated) - 1} more seeds too" if len(repeated) > 1 else ""
         p.error(f"seed {seed} of {variant} on {scenario} has {len(paths)} runs "
                 f"({', '.join(paths)}){more}: the tables, curves and --against count each "

@@ -93,13 +93,18 @@ def record_key(record: dict) -> tuple:
     return record.get("env", "smax"), record["variant"], record["scenario"]
 
 
+def _seed_key(record: dict) -> tuple:
+    """(env, variant, scenario, seed) of a record: one run per key in the tables."""
+    return (*record_key(record), record["seed"])
+
+
 def repeated_runs(records: List[dict]) -> Dict[tuple, List[str]]:
     """(env, variant, scenario, seed) -> the ``run_dir`` of each run, for the seeds with
     more than one run (a seed trained again, e.g. on another machine). The tables, curves
     and :func:`against` take one run per seed; :func:`per_seed` lists every run."""
     runs: Dict[tuple, List[str]] = {}
     for r in records:
-        runs.setdefault((*record_key(r), r["seed"]), []).append(r["run_dir"])
+        runs.setdefault(_seed_key(r), []).append(r["run_dir"])
     return {k: v for k, v in runs.items() if len(v) > 1}
 
 
@@ -266,7 +271,7 @@ def per_seed(records: List[dict], labels: Labels, span: Tuple[int, int], above: 
     for r in sorted(records, key=lambda r: (r["env"], r["scenario"], r["seed"],
                                             order[r["env"]].index(r["variant"]))):
         seed = str(r["seed"])
-        if (*record_key(r), r["seed"]) in repeated:
+        if _seed_key(r) in repeated:
             seed += f" ({os.path.basename(os.path.dirname(os.path.abspath(r['run_dir'])))})"
         inside = [v for s, v in r["curve"] if lo <= s <= hi]
         start = take_off(r["curve"], above)
